@@ -1,0 +1,36 @@
+# Two commands for a newcomer: `make demo` and `make test`. Both create .venv on first use and reuse it after.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+INSTALL := $(PIP) install --disable-pip-version-check -c constraints.txt
+
+.PHONY: demo test lint install install-dev clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: $(PY) pyproject.toml constraints.txt
+	$(INSTALL) torch torchvision
+	$(INSTALL) -e .
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed
+	$(INSTALL) -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+install-dev: $(VENV)/.installed-dev
+
+demo: install
+	$(PY) -m engine demo
+
+lint: install-dev
+	$(PY) -m ruff check .
+
+test: install-dev
+	$(PY) -m ruff check .
+	$(PY) -m pytest
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache lightning_logs

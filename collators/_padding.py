@@ -1,0 +1,101 @@
+"""Vectorized padding shared by the collators: one concatenation and one masked write per batch.
+
+A :class:`PaddingLayout` records where each row's kept elements land in a ``[batch, length]`` tensor. It is
+computed once from the row lengths and reused for every per-token key of a batch (ids, masks, labels), so all
+of them are truncated and padded identically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+PADDING_SIDES = ("right", "left")
+
+
+def padded_length(longest: int, *, max_length: int | None = None, pad_to_multiple_of: int | None = None) -> int:
+    """Length a batch is padded to: the longest row, capped by ``max_length``, rounded up to a multiple."""
+    length = min(longest, max_length) if max_length is not None else longest
+    if pad_to_multiple_of:
+        length = -(-length // pad_to_multiple_of) * pad_to_multiple_of
+    return length
+
+
+def check_padding_side(padding_side: str) -> str:
+    """Return ``padding_side`` if it is 'right' or 'left', else raise a ValueError that says so."""
+    if padding_side not in PADDING_SIDES:
+        raise ValueError(f"padding_side should be 'right' or 'left', but got padding_side={padding_side!r}")
+    return padding_side
+
+
+class PaddingLayout:
+    """Positions of the kept elements of each row in a padded ``[batch, length]`` tensor.
+
+    Rows longer than ``length`` are truncated at the end (their start is kept), whatever the padding side.
+
+    Args:
+        lengths: 1-D int tensor, the length of each row before truncation.
+        length: width of the padded tensor.
+        padding_side: 'right' puts padding after the row, 'left' before it.
+
+    Example:
+        >>> layout = PaddingLayout(torch.tensor([2, 3]), length=3, padding_side="left")
+        >>> layout.fill(torch.tensor([1, 2, 3, 4, 5]), pad_value=0)
+        tensor([[0, 1, 2],
+                [3, 4, 5]])
+    """
+
+    def __init__(self, lengths: torch.Tensor, *, length: int, padding_side: str = "right") -> None:
+        check_padding_side(padding_side)
+        self.length = int(length)
+        self.padding_side = padding_side
+        self.lengths = lengths.clamp(max=self.length)
+        """Kept length of each row."""
+        positions = torch.arange(self.length).unsqueeze(0)
+        if padding_side == "right":
+            self.mask = positions < self.lengths.unsqueeze(1)
+        else:
+            self.mask = positions >= (self.length - self.lengths).unsqueeze(1)
+        """Boolean ``[batch, length]``: True at real (kept) elements, False at padding."""
+        self._flat_keep: torch.Tensor | None = None
+        if len(lengths) and bool((lengths > self.length).any()):
+            # Position of every flat element inside its row; elements past ``length`` are dropped.
+            starts = torch.cumsum(lengths, 0) - lengths
+            within = torch.arange(int(lengths.sum())) - torch.repeat_interleave(starts, lengths)
+            self._flat_keep = within < self.length
+
+    def fill(self, flat: torch.Tensor, pad_value: float | int, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """Scatter the concatenated rows ``flat`` (untruncated, in row order) into a new padded tensor."""
+        out = torch.full((len(self.lengths), self.length), pad_value, dtype=dtype or flat.dtype)
+        if self._flat_keep is not None:
+            flat = flat[self._flat_keep]
+        if flat.numel():
+            out.masked_scatter_(self.mask, flat.to(out.dtype))  # fills True positions in row-major order
+        return out
+
+
+def pad_sequences(
+    sequences: Sequence[torch.Tensor],
+    *,
+    pad_value: float | int,
+    padding_side: str = "right",
+    length: int | None = None,
+    dtype: torch.dtype | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pad 1-D tensors into a ``[batch, length]`` tensor; return it with the kept length of each row.
+
+    Rows longer than ``length`` are truncated at the end. ``padding_side`` decides where padding goes.
+    ``length=None`` pads to the longest row. The result never shares memory with ``sequences``.
+    """
+    check_padding_side(padding_side)
+    lengths = torch.tensor([len(seq) for seq in sequences], dtype=torch.long)
+    target = int(lengths.max()) if length is None and len(sequences) else (length or 0)
+    dtype = dtype or (sequences[0].dtype if len(sequences) else torch.long)
+    lengths = lengths.clamp(max=target)
+    if not len(sequences) or target == 0:
+        return torch.full((len(sequences), target), pad_value, dtype=dtype), lengths
+    # Slicing before the concatenation copies only what is kept (long audio cut to a short window).
+    flat = torch.cat([seq[:target] for seq in sequences])
+    layout = PaddingLayout(lengths, length=target, padding_side=padding_side)
+    return layout.fill(flat, pad_value, dtype), layout.lengths

@@ -1,0 +1,212 @@
+"""Turning the rows a text collator receives into flat tensors: ids, per-token keys, labels and extra keys.
+
+Every function here copies: nothing returned shares memory with the caller's rows, and rows are never changed.
+Errors name the first bad row, the key, what was expected, what was found and the fix.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import default_collate
+
+IDS_EXPECTED = "a 1-D sequence of int token ids (list, tuple, 1-D integer tensor or 1-D integer numpy array)"
+
+
+def as_mapping_rows(rows: Any) -> list[Mapping[str, Any]]:
+    """Rows as mappings: a bare id sequence becomes ``{'input_ids': row}``; all rows must share their keys."""
+    if isinstance(rows, (str, bytes, Mapping)) or not isinstance(rows, Sequence):
+        raise TypeError(
+            f"rows should be a list of rows (dicts, or sequences of token ids), but got {type(rows).__name__}; "
+            f"a dict of columns must be split into one dict per row first"
+        )
+    if not rows:
+        raise ValueError("rows should hold at least one row, but got an empty list (an empty batch)")
+    out: list[Mapping[str, Any]] = []
+    for index, row in enumerate(rows):
+        if isinstance(row, Mapping):
+            out.append(row)
+        elif isinstance(row, (list, tuple, torch.Tensor, np.ndarray)):
+            out.append({"input_ids": row})
+        else:
+            raise TypeError(
+                f"row {index} should be a dict or {IDS_EXPECTED}, but got {type(row).__name__}: {row!r:.80}; "
+                f"wrap raw text as {{'text': ...}} and pass tokenizer=..."
+            )
+    keys = out[0].keys()
+    for index, row in enumerate(out):
+        if row.keys() != keys:
+            missing, extra = sorted(set(keys) - set(row)), sorted(set(row) - set(keys))
+            raise ValueError(
+                f"row {index} has keys {sorted(row)} but row 0 has {sorted(keys)} (missing: {missing}, extra: "
+                f"{extra}); every row of a batch should carry the same keys"
+            )
+    return out
+
+
+def column(rows: Sequence[Mapping[str, Any]], key: str) -> list[Any]:
+    """The values of ``key`` in every row (rows share keys, checked by :func:`as_mapping_rows`)."""
+    return [row[key] for row in rows]
+
+
+def _is_int_dtype(dtype: torch.dtype, allow_bool: bool) -> bool:
+    if dtype == torch.bool:
+        return allow_bool
+    return not (dtype.is_floating_point or dtype.is_complex)
+
+
+def _problem(value: Any, allow_bool: bool) -> str | None:
+    """Why ``value`` is not a valid 1-D id row, or None if it is."""
+    if isinstance(value, torch.Tensor):
+        if value.dim() != 1:
+            return f"a {value.dim()}-D tensor of shape {tuple(value.shape)}"
+        return None if _is_int_dtype(value.dtype, allow_bool) else f"a tensor of dtype {value.dtype}"
+    if isinstance(value, np.ndarray):
+        if value.ndim != 1:
+            return f"a {value.ndim}-D numpy array of shape {value.shape}"
+        ok = value.dtype.kind in ("iu" + ("b" if allow_bool else ""))
+        return None if ok else f"a numpy array of dtype {value.dtype}"
+    if isinstance(value, (list, tuple)):
+        for position, item in enumerate(value):
+            if (isinstance(item, bool) and not allow_bool) or not isinstance(item, (int, np.integer)):
+                return f"a {type(value).__name__} whose item {position} is {type(item).__name__} {item!r:.40}"
+        return None
+    return f"{type(value).__name__} {value!r:.60}"
+
+
+def _raise_first_bad(values: Sequence[Any], key: str, allow_bool: bool) -> None:
+    for index, value in enumerate(values):
+        found = _problem(value, allow_bool)
+        if found is not None:
+            raise TypeError(
+                f"row {index}: {key!r} should be {IDS_EXPECTED}, but got {found}; convert it to a flat list of ints"
+            )
+
+
+def _row_tensor(value: Any) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(value.astype(np.int64, copy=False))
+    return torch.tensor(value, dtype=torch.long).reshape(-1)
+
+
+def flatten_ids(values: Sequence[Any], key: str, *, allow_bool: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Concatenate per-row id sequences into one new int64 tensor; return it with each row's length.
+
+    Lists are converted in one ``np.array`` call, tensors in one ``torch.cat``, numpy arrays in one
+    ``np.concatenate``; a batch mixing these converts row by row.
+    """
+    if all(isinstance(value, (list, tuple)) for value in values):
+        # One inferring numpy conversion (several times faster than torch.tensor on a list) that also reveals
+        # floats, strings, None or nesting through the dtype and shape it infers.
+        try:
+            array = np.array(list(itertools.chain.from_iterable(values)))
+        except (TypeError, ValueError, OverflowError):
+            array = None
+        if array is not None and array.size == 0:
+            array = np.empty(0, dtype=np.int64)
+        if array is None or array.ndim != 1 or array.dtype.kind not in ("iub" if allow_bool else "iu"):
+            _raise_first_bad(values, key, allow_bool)
+            raise TypeError(f"{key!r} should be {IDS_EXPECTED}; the rows could not be converted together")
+        flat = torch.from_numpy(array.astype(np.int64, copy=False))
+    else:
+        _raise_first_bad(values, key, allow_bool)
+        if all(isinstance(value, np.ndarray) for value in values):
+            flat = torch.from_numpy(np.concatenate(values).astype(np.int64, copy=False))
+        else:  # torch.cat always allocates, so the result never aliases a row's tensor
+            flat = torch.cat([_row_tensor(value).to(torch.long) for value in values])
+    lengths = torch.tensor([len(value) for value in values], dtype=torch.long)
+    return flat.to(torch.long), lengths
+
+
+def check_same_lengths(lengths: torch.Tensor, reference: torch.Tensor, key: str, reference_key: str) -> None:
+    """Raise at the first row whose ``key`` does not have one entry per token of ``reference_key``."""
+    differ = (lengths != reference).nonzero()
+    if len(differ):
+        index = int(differ[0])
+        raise ValueError(
+            f"row {index}: {key!r} has {int(lengths[index])} entries but {reference_key!r} has "
+            f"{int(reference[index])}; {key!r} needs one entry per token, aligned with {reference_key!r}"
+        )
+
+
+def _first_label_problem(plain: Sequence[Any]) -> tuple[int, str]:
+    shape0 = None
+    for index, value in enumerate(plain):
+        try:
+            shape = tuple(torch.as_tensor(value).shape)
+        except (TypeError, ValueError, RuntimeError):
+            return index, f"{type(value).__name__} {value!r:.60}"
+        if shape0 is None:
+            shape0 = shape
+        elif shape != shape0:
+            return index, f"shape {shape} while row 0 has shape {shape0}"
+    return 0, "values that could not be stacked"
+
+
+def collate_targets(values: Sequence[Any], key: str, *, dtype: torch.dtype) -> torch.Tensor:
+    """Stack per-row targets (numbers, 0-d tensors, numpy scalars, or equal-length lists) into ``dtype``."""
+    plain = [value.tolist() if isinstance(value, (torch.Tensor, np.ndarray, np.generic)) else value
+             for value in values]
+    try:
+        stacked = torch.tensor(plain)
+    except (TypeError, ValueError, RuntimeError):
+        stacked = None
+    if stacked is None or stacked.dtype.is_complex:
+        index, found = _first_label_problem(plain)
+        raise ValueError(
+            f"row {index}: {key!r} should be a number (or a list of numbers of the same length in every row), "
+            f"but got {found}; check the target column, or name another one with target_field="
+        )
+    if dtype == torch.long and stacked.is_floating_point():
+        fractional = (stacked != stacked.round()).reshape(len(values), -1).any(dim=1).nonzero()
+        if len(fractional):
+            index = int(fractional[0])
+            raise ValueError(
+                f"row {index}: classification labels under {key!r} should be integer class ids, but got "
+                f"{values[index]!r:.60}; use task_type='regression' for real-valued targets"
+            )
+    return stacked.to(dtype)
+
+
+def collate_extra(values: Sequence[Any]) -> Any:
+    """Collate a key the collator does not interpret: a tensor when the values stack, else a list (copied)."""
+    first = values[0]
+    if isinstance(first, (list, tuple)):
+        try:
+            stacked = torch.tensor(values)
+            if not stacked.dtype.is_complex:
+                return stacked
+        except (TypeError, ValueError, RuntimeError):
+            pass
+        return [list(value) if isinstance(value, (list, tuple)) else value for value in values]
+    try:
+        return default_collate(list(values))
+    except (TypeError, RuntimeError, ValueError):
+        return [value.clone() if isinstance(value, torch.Tensor) else value for value in values]
+
+
+def tokenize_column(tokenizer: Any, rows: Sequence[Mapping[str, Any]], key: str, *, max_length: int | None,
+                    target: bool, ids_key: str) -> list[list[int]]:
+    """Tokenize the raw text under ``key`` in one batched call (special tokens added, truncated to ``max_length``)."""
+    texts = column(rows, key)
+    if tokenizer is None:
+        raise ValueError(
+            f"rows hold raw text under {key!r} but no tokenizer was given; pass tokenizer=... to the collator "
+            f"(or UniversalDataModule(tokenizer=...)) or give token ids under {ids_key!r}"
+        )
+    for index, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(
+                f"row {index}: {key!r} should hold a str of raw text, but got {type(text).__name__} {text!r:.60}; "
+                f"give token ids under {ids_key!r} instead"
+            )
+    texts_kwarg = {"text_target" if target else "text": texts}
+    encoded = tokenizer(**texts_kwarg, add_special_tokens=True, truncation=max_length is not None,
+                        max_length=max_length, return_attention_mask=False, return_token_type_ids=False)
+    return encoded["input_ids"]

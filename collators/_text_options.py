@@ -1,0 +1,108 @@
+"""Resolving a text collator's options: explicit argument, then the tokenizer, then the TaskSpec, then a default."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from task_spec import TaskSpec
+from task_spec.spec import TASK_TYPES
+
+TOKEN_KEYS = {"attention_mask": 0, "token_type_ids": 0, "special_tokens_mask": 1}
+"""Per-token keys a row may carry beside ``input_ids``, with the value their padding gets (as ``tokenizer.pad``)."""
+
+
+class Unset:
+    """Marks an option that was not given, so an explicit ``None`` can still override the spec."""
+
+    def __repr__(self) -> str:
+        return "<from task_spec>"
+
+    def __reduce__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = Unset()
+
+
+def check_int(name: str, value: Any, *, minimum: int | None = None, optional: bool = False) -> Any:
+    """Return ``value`` if it is an int (>= ``minimum``), or None when ``optional``; else raise naming ``name``."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
+        bound = f" >= {minimum}" if minimum is not None else ""
+        none = " or None" if optional else ""
+        raise ValueError(f"{name} should be an int{bound}{none}, but got {name}={value!r}")
+    return value
+
+
+def resolve_task_type(task_type: str | None, spec: TaskSpec | None) -> str:
+    task_type = task_type if task_type is not None else (spec.task_type if spec is not None else "causal_lm")
+    if task_type not in TASK_TYPES:
+        raise ValueError(
+            f"task_type should be one of {', '.join(repr(t) for t in TASK_TYPES)}, but got task_type={task_type!r}"
+        )
+    return task_type
+
+
+def resolve_token_id(name: str, explicit: int | None, tokenizer: Any, spec: TaskSpec | None, why: str) -> int:
+    """``name`` (e.g. 'pad_token_id'): explicit > ``tokenizer.<name>`` > ``spec.special_tokens[name]`` > error."""
+    if explicit is not None:
+        return check_int(name, explicit, minimum=0)
+    from_tokenizer = getattr(tokenizer, name, None) if tokenizer is not None else None
+    if from_tokenizer is not None:
+        return int(from_tokenizer)
+    if spec is not None and name in spec.special_tokens:
+        return int(spec.special_tokens[name])
+    where = f"tokenizer {type(tokenizer).__name__} has no {name}" if tokenizer is not None else "no tokenizer was given"
+    raise ValueError(
+        f"{name} is needed {why}, but {where} and the task spec has none; pass {name}=..., a tokenizer= that "
+        f"defines it, or a TaskSpec with special_tokens={{{name!r}: ...}}"
+    )
+
+
+def resolve_vocab_size(explicit: int | None, tokenizer: Any, spec: TaskSpec | None) -> int:
+    """Vocabulary size for random replacement tokens: explicit > ``len(tokenizer)`` > ``spec.vocab_size``."""
+    if explicit is not None:
+        return check_int("vocab_size", explicit, minimum=1)
+    if tokenizer is not None:
+        return len(tokenizer)
+    if spec is not None and spec.vocab_size is not None:
+        return spec.vocab_size
+    raise ValueError(
+        "vocab_size is needed to draw random replacement tokens for masked_lm, but no tokenizer was given and the "
+        "task spec has none; pass vocab_size=..., tokenizer=..., or additional_config={'vocab_size': ...}"
+    )
+
+
+def resolve_special_ids(explicit: Any, tokenizer: Any, spec: TaskSpec | None, *extra: int) -> tuple[int, ...]:
+    """Ids never masked: explicit > ``tokenizer.all_special_ids`` > the spec's special token ids; plus ``extra``."""
+    if explicit is not None:
+        ids = [check_int("special_token_ids item", token_id, minimum=0) for token_id in explicit]
+    elif tokenizer is not None:
+        ids = list(tokenizer.all_special_ids)
+    else:
+        ids = list(spec.special_tokens.values()) if spec is not None else []
+    return tuple(sorted({int(token_id) for token_id in [*ids, *extra]}))
+
+
+def resolve_probability(name: str, explicit: float | None, spec: TaskSpec | None, default: float) -> float:
+    value = explicit if explicit is not None else (
+        spec.preprocessing_config.get(name, default) if spec is not None else default
+    )
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} should be a probability in [0, 1], but got {name}={value!r}")
+    return float(value)
+
+
+def preprocessing(spec: TaskSpec | None, key: str, default: Any) -> Any:
+    """``spec.preprocessing_config[key]``, or ``default`` without a spec or key."""
+    return spec.preprocessing_config.get(key, default) if spec is not None else default
+
+
+def describe_tokenizer(tokenizer: Any) -> str:
+    if tokenizer is None:
+        return "None"
+    try:
+        return f"{type(tokenizer).__name__}(len={len(tokenizer)})"
+    except TypeError:
+        return type(tokenizer).__name__

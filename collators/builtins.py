@@ -1,0 +1,32 @@
+"""Registration of the built-in collators. Each is registered for its modality only (no task types), so
+any later registration for that modality, such as a user's decorator, takes precedence."""
+
+from __future__ import annotations
+
+from collators.audio import create_audio_collator
+from collators.default import create_default_collator
+from collators.registry import DEFAULT_COLLATOR, CollatorRegistry
+from collators.text import create_text_collator
+from collators.vision import create_vision_collator
+
+BUILTIN_NAMES = (DEFAULT_COLLATOR, "text", "vision", "audio_waveform")
+
+
+def register_builtins(registry: CollatorRegistry) -> None:
+    """Register the default, text, vision and audio collators on ``registry`` (once)."""
+    if all(name in registry for name in BUILTIN_NAMES):
+        return
+    registry.register(DEFAULT_COLLATOR, description="torch default_collate that keeps every dict key")(
+        create_default_collator
+    )
+    registry.register(
+        "text",
+        modality="text",
+        description="dynamic padding; causal/masked LM, classification, seq2seq labels from the spec",
+    )(create_text_collator)
+    registry.register("vision", modality="vision", description="images to normalized float (or uint8) batches")(
+        create_vision_collator
+    )
+    registry.register(
+        "audio_waveform", modality="audio", description="pads waveforms; lengths, mask, optional mel features"
+    )(create_audio_collator)

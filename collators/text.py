@@ -1,0 +1,257 @@
+"""TextCollator: dynamic padding and labels for every text task type, vectorized over the whole batch."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from collators import _text_options as opts
+from collators._padding import PaddingLayout, check_padding_side, padded_length
+from collators._text_inputs import (
+    as_mapping_rows,
+    check_same_lengths,
+    collate_extra,
+    collate_targets,
+    column,
+    flatten_ids,
+    tokenize_column,
+)
+from collators.masking import mask_tokens
+from task_spec import TaskSpec
+
+__all__ = ["TextCollator", "create_text_collator"]
+
+
+class TextCollator:
+    """Pad token rows into a batch and build the labels of the task (causal/masked LM, classification, seq2seq...).
+
+    Rows are dicts with ``input_ids`` (list, 1-D tensor or 1-D numpy array of ints), or raw text under
+    ``text_field`` (tokenized in one batched call), or bare id sequences. Padding is to the longest row, rows
+    longer than ``max_length`` keep their start (right truncation). Labels by task:
+
+    - ``causal_lm``: a copy of ``input_ids`` with the padded positions (by position, not by id, so a real eos
+      equal to the pad id keeps its label) set to ``label_pad_token_id``; labels the rows carry are kept, padded.
+    - ``masked_lm``: :func:`collators.masking.mask_tokens` on the padded ids; ``special_tokens_mask`` is used,
+      then dropped.
+    - ``classification`` / ``regression``: ``target_field`` stacked as int64 / float32.
+    - ``token_classification``: per-token ``target_field`` padded with ``label_pad_token_id``.
+    - ``seq2seq``: ``target_field`` (or text under ``target_text_field``) padded separately to its own longest row,
+      truncated to ``max_target_length``; ``decoder_input_ids`` are padded with ``pad_token_id``.
+
+    Other keys are collated with ``default_collate`` when they stack, else returned as lists; text that was
+    tokenized is not returned. Rows are never modified and no output shares memory with them.
+
+    Args:
+        tokenizer: a transformers tokenizer; needed for raw text, and a source of default ids.
+        task_spec: defaults for every option below that is not given.
+        task_type: one of ``TASK_TYPES``; default the spec's, else 'causal_lm'.
+        pad_token_id: explicit > ``tokenizer.pad_token_id`` > ``spec.special_tokens['pad_token_id']``.
+        label_pad_token_id: label of padded (and unselected masked-LM) positions.
+        pad_to_multiple_of: round the padded length up to a multiple of this.
+        padding_side: 'right' or 'left'; default ``tokenizer.padding_side``, else the spec's, else 'right'.
+        max_length: truncate inputs to this many tokens; default ``spec.max_seq_len``; None disables.
+        max_target_length: seq2seq label truncation; default ``spec.additional_config['max_target_len']``.
+        target_field: key of the target in rows and batch; default ``spec.target_field``, else 'labels'.
+        text_field: key of raw input text; default the spec's ``text_field``, else 'source' for seq2seq or 'text'.
+        target_text_field: key of raw seq2seq target text; default the spec's, else 'target'.
+        mlm_probability: masked-LM selection probability; default the spec's, else 0.15.
+        mask_token_id: explicit > ``tokenizer.mask_token_id`` > ``spec.special_tokens['mask_token_id']``.
+        vocab_size: random replacements are drawn below it; explicit > ``len(tokenizer)`` > ``spec.vocab_size``.
+        special_token_ids: ids never masked; default ``tokenizer.all_special_ids`` or the spec's ids (+ pad).
+        seed: seeds the collator's own generator, used when ``__call__`` gets none.
+
+    Example:
+        >>> collate = TextCollator(pad_token_id=0)
+        >>> batch = collate([{"input_ids": [5, 6, 7]}, {"input_ids": [8]}])
+        >>> batch["labels"]
+        tensor([[   5,    6,    7],
+                [   8, -100, -100]])
+    """
+
+    def __init__(
+        self,
+        *,
+        tokenizer: Any = None,
+        task_spec: TaskSpec | None = None,
+        task_type: str | None = None,
+        pad_token_id: int | None = None,
+        label_pad_token_id: int = -100,
+        pad_to_multiple_of: int | None = None,
+        padding_side: str | None = None,
+        max_length: int | None = opts.UNSET,
+        max_target_length: int | None = opts.UNSET,
+        target_field: str | None = None,
+        text_field: str | None = None,
+        target_text_field: str | None = None,
+        mlm_probability: float | None = None,
+        mask_token_id: int | None = None,
+        vocab_size: int | None = None,
+        special_token_ids: Sequence[int] | None = None,
+        seed: int = 0,
+    ) -> None:
+        spec = task_spec
+        if spec is not None and not isinstance(spec, TaskSpec):
+            raise TypeError(f"task_spec should be a TaskSpec or None, but got {type(spec).__name__}: {spec!r}")
+        self.tokenizer = tokenizer
+        self.task_type = opts.resolve_task_type(task_type, spec)
+        self.pad_token_id = opts.resolve_token_id("pad_token_id", pad_token_id, tokenizer, spec, "to pad rows")
+        self.label_pad_token_id = opts.check_int("label_pad_token_id", label_pad_token_id)
+        self.pad_to_multiple_of = opts.check_int("pad_to_multiple_of", pad_to_multiple_of, minimum=1, optional=True)
+        if padding_side is None:
+            padding_side = tokenizer.padding_side if tokenizer is not None else opts.preprocessing(
+                spec, "padding_side", "right")
+        self.padding_side = check_padding_side(padding_side)
+        if max_length is opts.UNSET:
+            max_length = spec.max_seq_len if spec is not None else None
+        self.max_length = opts.check_int("max_length", max_length, minimum=1, optional=True)
+        if max_target_length is opts.UNSET:
+            max_target_length = spec.additional_config.get("max_target_len") if spec is not None else None
+        self.max_target_length = opts.check_int("max_target_length", max_target_length, minimum=1, optional=True)
+        spec_target = spec.target_field if spec is not None else None
+        self.target_field = target_field or spec_target or "labels"
+        default_text = "source" if self.task_type == "seq2seq" else "text"
+        self.text_field = text_field or opts.preprocessing(spec, "text_field", default_text)
+        self.target_text_field = target_text_field or opts.preprocessing(spec, "target_text_field", "target")
+        self.seed = opts.check_int("seed", seed)
+        self._generator = torch.Generator().manual_seed(self.seed)
+        if self.task_type == "masked_lm":
+            self.mlm_probability = opts.resolve_probability("mlm_probability", mlm_probability, spec, 0.15)
+            why = "to mask tokens for masked_lm"
+            self.mask_token_id = opts.resolve_token_id("mask_token_id", mask_token_id, tokenizer, spec, why)
+            self.vocab_size = opts.resolve_vocab_size(vocab_size, tokenizer, spec)
+            self.special_token_ids = opts.resolve_special_ids(
+                special_token_ids, tokenizer, spec, self.pad_token_id, self.mask_token_id)
+
+    def __call__(self, rows: Sequence[Any], generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+        """Collate ``rows`` into a dict of tensors; ``generator`` drives masked-LM randomness (else the own one)."""
+        rows = as_mapping_rows(rows)
+        values, consumed = self._input_values(rows)
+        flat, lengths = flatten_ids(values, "input_ids")
+        width = padded_length(int(lengths.max()), max_length=self.max_length,
+                              pad_to_multiple_of=self.pad_to_multiple_of)
+        layout = PaddingLayout(lengths, length=width, padding_side=self.padding_side)
+        batch: dict[str, Any] = {"input_ids": layout.fill(flat, self.pad_token_id, torch.long)}
+        for key, pad_value in opts.TOKEN_KEYS.items():
+            if key in rows[0]:
+                batch[key] = self._per_token(rows, key, lengths, layout, pad_value)
+        batch.setdefault("attention_mask", layout.mask.long())
+        consumed.update(("input_ids", *opts.TOKEN_KEYS, self.target_field))
+        self._add_labels(batch, rows, lengths, layout, consumed, generator)
+        for key in rows[0]:
+            if key not in consumed:
+                batch[key] = collate_extra(column(rows, key))
+        return batch
+
+    def _input_values(self, rows: Sequence[Mapping[str, Any]]) -> tuple[list[Any], set[str]]:
+        """Per-row id sequences, tokenizing raw text if the rows hold no ids; and the keys consumed."""
+        if "input_ids" in rows[0]:
+            return column(rows, "input_ids"), set()
+        if self.text_field in rows[0]:
+            ids = tokenize_column(self.tokenizer, rows, self.text_field, max_length=self.max_length, target=False,
+                                  ids_key="input_ids")
+            return ids, {self.text_field}
+        raise ValueError(
+            f"row 0 has neither 'input_ids' nor raw text under {self.text_field!r} (keys: {sorted(rows[0])}); "
+            f"give token ids under 'input_ids', or text under {self.text_field!r} (name its key with text_field=...)"
+        )
+
+    def _per_token(self, rows: Sequence[Mapping[str, Any]], key: str, lengths: torch.Tensor,
+                   layout: PaddingLayout, pad_value: int) -> torch.Tensor:
+        flat, key_lengths = flatten_ids(column(rows, key), key, allow_bool=True)
+        check_same_lengths(key_lengths, lengths, key, "input_ids")
+        return layout.fill(flat, pad_value, torch.long)
+
+    def _missing_target(self, rows: Sequence[Mapping[str, Any]], also: str = "") -> ValueError:
+        return ValueError(
+            f"task_type={self.task_type!r} needs targets under {self.target_field!r}, but row 0 has keys "
+            f"{sorted(rows[0])}{also}; name the target key with target_field=... (or TaskSpec.target_field)"
+        )
+
+    def _add_labels(self, batch: dict[str, Any], rows: Sequence[Mapping[str, Any]], lengths: torch.Tensor,
+                    layout: PaddingLayout, consumed: set[str], generator: torch.Generator | None) -> None:
+        key, task = self.target_field, self.task_type
+        has_target = key in rows[0]
+        if task == "masked_lm":
+            if has_target:
+                raise ValueError(
+                    f"task_type='masked_lm' builds the labels under {key!r} itself, but the rows already carry "
+                    f"{key!r}; drop that column, or use task_type='causal_lm' to keep given labels"
+                )
+            special = batch.pop("special_tokens_mask", None)
+            batch["input_ids"], batch[key] = mask_tokens(
+                batch["input_ids"], mask_token_id=self.mask_token_id, vocab_size=self.vocab_size,
+                generator=generator if generator is not None else self._generator,
+                special_ids=self.special_token_ids, special_tokens_mask=special, padding_mask=~layout.mask,
+                mlm_probability=self.mlm_probability, label_pad_token_id=self.label_pad_token_id)
+        elif task == "causal_lm" and not has_target:
+            batch[key] = batch["input_ids"].masked_fill(~layout.mask, self.label_pad_token_id)
+        elif task in ("causal_lm", "token_classification"):
+            if not has_target:
+                raise self._missing_target(rows)
+            batch[key] = self._per_token(rows, key, lengths, layout, self.label_pad_token_id)
+        elif task in ("classification", "regression"):
+            if not has_target:
+                raise self._missing_target(rows)
+            dtype = torch.long if task == "classification" else torch.float32
+            batch[key] = collate_targets(column(rows, key), key, dtype=dtype)
+        else:
+            self._add_seq2seq_labels(batch, rows, consumed)
+
+    def _add_seq2seq_labels(self, batch: dict[str, Any], rows: Sequence[Mapping[str, Any]], consumed: set[str]) -> None:
+        key = self.target_field
+        if key in rows[0]:
+            values = column(rows, key)
+        elif self.target_text_field in rows[0]:
+            values = tokenize_column(self.tokenizer, rows, self.target_text_field, max_length=self.max_target_length,
+                                     target=True, ids_key=key)
+            consumed.add(self.target_text_field)
+        else:
+            raise self._missing_target(rows, f" and no target text under {self.target_text_field!r} "
+                                             f"(set target_text_field=... for raw text)")
+        batch[key] = self._pad_target(values, key, self.label_pad_token_id)[0]
+        if "decoder_input_ids" in rows[0]:
+            batch["decoder_input_ids"], layout, lengths = self._pad_target(
+                column(rows, "decoder_input_ids"), "decoder_input_ids", self.pad_token_id)
+            consumed.add("decoder_input_ids")
+            if "decoder_attention_mask" in rows[0]:
+                flat, mask_lengths = flatten_ids(column(rows, "decoder_attention_mask"), "decoder_attention_mask",
+                                                 allow_bool=True)
+                check_same_lengths(mask_lengths, lengths, "decoder_attention_mask", "decoder_input_ids")
+                batch["decoder_attention_mask"] = layout.fill(flat, 0, torch.long)
+                consumed.add("decoder_attention_mask")
+
+    def _pad_target(self, values: list[Any], key: str, pad_value: int) -> tuple[torch.Tensor, PaddingLayout, Any]:
+        """Pad a seq2seq target sequence to its own longest row, truncated to ``max_target_length``."""
+        flat, lengths = flatten_ids(values, key)
+        width = padded_length(int(lengths.max()), max_length=self.max_target_length,
+                              pad_to_multiple_of=self.pad_to_multiple_of)
+        layout = PaddingLayout(lengths, length=width, padding_side=self.padding_side)
+        return layout.fill(flat, pad_value, torch.long), layout, lengths
+
+    def __repr__(self) -> str:
+        shown = {
+            "task_type": self.task_type, "pad_token_id": self.pad_token_id,
+            "label_pad_token_id": self.label_pad_token_id, "padding_side": self.padding_side,
+            "max_length": self.max_length, "pad_to_multiple_of": self.pad_to_multiple_of,
+            "target_field": self.target_field, "text_field": self.text_field,
+        }
+        if self.task_type == "seq2seq":
+            shown.update(max_target_length=self.max_target_length, target_text_field=self.target_text_field)
+        if self.task_type == "masked_lm":
+            shown.update(mlm_probability=self.mlm_probability, mask_token_id=self.mask_token_id,
+                         vocab_size=self.vocab_size)
+        options = ", ".join(f"{name}={value!r}" for name, value in shown.items())
+        return f"TextCollator({options}, tokenizer={opts.describe_tokenizer(self.tokenizer)}, seed={self.seed})"
+
+
+def create_text_collator(task_spec: TaskSpec | None = None, **kwargs: Any) -> TextCollator:
+    """Build a :class:`TextCollator` whose defaults come from ``task_spec``; explicit ``kwargs`` override them.
+
+    Example:
+        >>> collate = create_text_collator(TaskSpec.mlm_tiny(), mlm_probability=0.3)
+        >>> collate.task_type, collate.mask_token_id, collate.mlm_probability
+        ('masked_lm', 103, 0.3)
+    """
+    return TextCollator(task_spec=task_spec, **kwargs)

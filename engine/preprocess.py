@@ -1,0 +1,50 @@
+"""Tokenization of raw-text columns, once per dataset at setup, with batched ``datasets.map``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.inputs import text_fields
+from task_spec import TaskSpec
+
+
+class _TokenizeBatch:
+    """A picklable ``map`` function, so ``datasets`` can fingerprint and cache the result."""
+
+    def __init__(self, tokenizer: Any, text_field: str, target_field: str | None, labels_key: str,
+                 max_length: int | None, max_target_length: int | None) -> None:
+        self.tokenizer = tokenizer
+        self.text_field = text_field
+        self.target_field = target_field
+        self.labels_key = labels_key
+        self.max_length = max_length
+        self.max_target_length = max_target_length
+
+    def __call__(self, batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        truncate = self.max_length is not None
+        encoded = self.tokenizer(batch[self.text_field], truncation=truncate, max_length=self.max_length)
+        out = {key: encoded[key] for key in ("input_ids", "attention_mask") if key in encoded}
+        if self.target_field is not None:
+            truncate = self.max_target_length is not None
+            targets = self.tokenizer(text_target=batch[self.target_field], truncation=truncate,
+                                     max_length=self.max_target_length)
+            out[self.labels_key] = targets["input_ids"]
+        return out
+
+
+def tokenize_dataset(dataset: Any, spec: TaskSpec, tokenizer: Any) -> Any:
+    """Return ``dataset`` with its raw text replaced by token ids (``input_ids``, ``attention_mask``,
+    and ``labels`` from the target text for seq2seq). Other columns are kept."""
+    text_field, target_text = text_fields(spec)
+    if target_text is not None and target_text not in dataset.column_names:
+        target_text = None
+    consumed = [c for c in (text_field, target_text) if c is not None]
+    function = _TokenizeBatch(
+        tokenizer,
+        text_field,
+        target_text,
+        spec.target_field or "labels",
+        spec.max_seq_len,
+        spec.additional_config.get("max_target_len"),
+    )
+    return dataset.map(function, batched=True, remove_columns=consumed, desc=f"Tokenizing {text_field!r}")

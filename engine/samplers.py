@@ -1,0 +1,154 @@
+"""Seeded, epoch-aware, rank-aware and stateful batch sampling.
+
+The order of an epoch is a pure function of (seed, epoch): iterating again gives the next epoch's order,
+``set_epoch`` pins one, and ``state_dict`` is three integers, so saving it every step costs nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import Sampler
+
+from engine.rng import batch_seed, derive_seed, generator_from
+
+UNEVEN_POLICIES = ("pad", "drop")
+
+
+class BatchIndices(list):
+    """A batch of sample indices that carries the seed of its randomness to wherever the batch is built."""
+
+    rng_seed: int | None = None
+
+
+class SeededBatchSampler(Sampler[list[int]]):
+    """Yields batches of indices into a dataset of ``num_samples`` rows, in a seeded order per epoch.
+
+    Args:
+        num_samples: Rows in the dataset (or split view) being sampled.
+        batch_size: Rows per batch.
+        shuffle: Shuffle with a permutation derived from (seed, epoch); otherwise sequential.
+        seed: Seed of the shuffle and of each batch's ``rng_seed``.
+        drop_last: Drop this rank's last incomplete batch.
+        num_replicas: Number of ranks sharing the data; each gets an equal share.
+        rank: This process's rank.
+        uneven: When rows don't divide evenly among ranks: ``pad`` repeats rows from the start of the
+            epoch's order, ``drop`` leaves the tail out, so every rank sees the same number of batches.
+
+    Example:
+        >>> sampler = SeededBatchSampler(10, batch_size=4, shuffle=True, seed=0)
+        >>> [len(b) for b in sampler], list(sampler) != list(sampler)  # a new order each epoch
+        ([4, 4, 2], True)
+    """
+
+    def __init__(
+        self,
+        num_samples: int,
+        batch_size: int,
+        *,
+        shuffle: bool = False,
+        seed: int = 0,
+        drop_last: bool = False,
+        num_replicas: int = 1,
+        rank: int = 0,
+        uneven: str = "pad",
+    ) -> None:
+        if not isinstance(num_samples, int) or num_samples < 0:
+            raise ValueError(f"num_samples should be an int >= 0, but got num_samples={num_samples!r}")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size should be an int >= 1, but got batch_size={batch_size!r}")
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank should be in [0, num_replicas={num_replicas}), but got rank={rank}")
+        if uneven not in UNEVEN_POLICIES:
+            raise ValueError(f"uneven should be one of {UNEVEN_POLICIES}, but got uneven={uneven!r}")
+        self.num_samples = num_samples
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.drop_last = drop_last
+        self.num_replicas = num_replicas
+        self.rank = rank
+        self.uneven = uneven
+        self._epoch = 0
+        self._fresh = True  # the next iteration uses self._epoch as is; otherwise it advances first
+        self._position = 0
+        self._resume_position = 0
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the current (or next) iteration draws its order from."""
+        return self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Pin the epoch of the next iteration (Lightning and distributed loops call this each epoch)."""
+        if not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"epoch should be an int >= 0, but got epoch={epoch!r}")
+        if epoch != self._epoch:
+            self._resume_position = 0
+        self._epoch = epoch
+        self._fresh = True
+
+    def rank_indices(self, epoch: int) -> list[int]:
+        """The indices this rank visits in ``epoch``, in order."""
+        if self.shuffle:
+            order = torch.randperm(self.num_samples, generator=generator_from(derive_seed(self.seed, epoch)))
+            order = order.tolist()
+        else:
+            order = list(range(self.num_samples))
+        if self.num_replicas > 1:
+            if self.uneven == "pad" and order:
+                total = math.ceil(len(order) / self.num_replicas) * self.num_replicas
+                order = (order * math.ceil(total / len(order)))[:total]
+            else:
+                order = order[: len(order) - len(order) % self.num_replicas]
+            order = order[self.rank :: self.num_replicas]
+        return order
+
+    def _num_rank_samples(self) -> int:
+        if self.num_replicas == 1:
+            return self.num_samples
+        if self.uneven == "pad":
+            return math.ceil(self.num_samples / self.num_replicas) if self.num_samples else 0
+        return self.num_samples // self.num_replicas
+
+    def __len__(self) -> int:
+        rows = self._num_rank_samples()
+        return rows // self.batch_size if self.drop_last else math.ceil(rows / self.batch_size)
+
+    def __iter__(self) -> Iterator[BatchIndices]:
+        # Bookkeeping runs lazily, on the first next(): torchdata creates iterators it never consumes.
+        # An iteration abandoned part-way still counts as an epoch, so the next one gets a new order.
+        if not self._fresh:
+            self._epoch += 1
+        self._fresh = False
+        epoch, start = self._epoch, self._resume_position
+        self._resume_position = 0
+        order = self.rank_indices(epoch)
+        for position in range(start, len(self)):
+            batch = BatchIndices(order[position * self.batch_size : (position + 1) * self.batch_size])
+            batch.rng_seed = batch_seed(self.seed, epoch, batch)
+            self._position = position + 1
+            yield batch
+        self._epoch, self._position, self._fresh = epoch + 1, 0, True
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the sampler stands: seed, the epoch of the next batch and batches already yielded in it."""
+        return {"seed": self.seed, "epoch": self._epoch, "position": self._position}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state``: the next iteration resumes its epoch at the saved position."""
+        missing = {"seed", "epoch", "position"} - set(state)
+        if missing:
+            raise KeyError(f"sampler state is missing {sorted(missing)}; got keys {sorted(state)}")
+        if state["seed"] != self.seed:
+            raise ValueError(
+                f"sampler state was saved with seed={state['seed']}, but this sampler has seed={self.seed}; "
+                f"resuming would visit a different order. Build the loader with seed={state['seed']}"
+            )
+        self._epoch = int(state["epoch"])
+        self._resume_position = int(state["position"])
+        self._position = self._resume_position
+        self._fresh = True

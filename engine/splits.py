@@ -1,0 +1,68 @@
+"""Seeded train/val/test split indices, computed once from (data length, seed), with a fingerprint."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from engine.rng import derive_seed, generator_from
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    """Disjoint, complete index sets over a dataset of ``num_rows`` rows."""
+
+    num_rows: int
+    train: np.ndarray
+    val: np.ndarray
+    test: np.ndarray
+    fingerprint: str
+    """Hash of the indices of every split: equal plans have equal fingerprints."""
+
+
+def split_size(split: float | int, num_rows: int, name: str) -> int:
+    """Rows taken by a split given as a fraction in [0, 1) or a count."""
+    if isinstance(split, bool) or not isinstance(split, (int, float)):
+        raise TypeError(f"{name} should be a fraction in [0, 1) or a row count, but got {name}={split!r}")
+    if isinstance(split, float):
+        if not 0.0 <= split < 1.0:
+            raise ValueError(
+                f"{name}={split} is out of range: a fraction must be in [0, 1), or pass an int row count"
+            )
+        size = int(round(split * num_rows))
+        if split > 0 and size == 0:
+            raise ValueError(
+                f"{name}={split} of {num_rows} rows leaves an empty split; use a larger fraction or a count"
+            )
+        return size
+    if split < 0 or split >= num_rows:
+        raise ValueError(f"{name}={split} rows is out of range for {num_rows} rows: it must be in [0, {num_rows})")
+    return split
+
+
+def plan_splits(num_rows: int, *, val_split: float | int = 0, test_split: float | int = 0, seed: int = 0) -> SplitPlan:
+    """Shuffle ``range(num_rows)`` with ``seed`` and cut val, then test, off the front; train keeps the rest.
+
+    Each split's indices are sorted, so evaluation reads rows in storage order.
+    """
+    n_val = split_size(val_split, num_rows, "val_split")
+    n_test = split_size(test_split, num_rows, "test_split")
+    if n_val + n_test >= num_rows:
+        raise ValueError(
+            f"val_split={val_split!r} and test_split={test_split!r} take {n_val + n_test} of {num_rows} rows, "
+            f"leaving no training rows; use smaller splits"
+        )
+    if n_val or n_test:
+        order = torch.randperm(num_rows, generator=generator_from(derive_seed(seed, "split"))).numpy()
+    else:
+        order = np.arange(num_rows)
+    val, test, train = np.split(order, [n_val, n_val + n_test])
+    train, val, test = (np.sort(part).astype(np.int64) for part in (train, val, test))
+    digest = hashlib.blake2b(digest_size=12)
+    for part in (train, val, test):
+        digest.update(len(part).to_bytes(8, "little"))
+        digest.update(part.tobytes())
+    return SplitPlan(num_rows, train, val, test, digest.hexdigest())

@@ -1,0 +1,50 @@
+"""Fixtures for the collator tests: small tokenizers built locally (nothing is downloaded)."""
+
+from __future__ import annotations
+
+import pytest
+from tokenizers import Tokenizer, models, pre_tokenizers, processors
+from transformers import PreTrainedTokenizerFast
+
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "</s>"]
+"""Ids 0..5 in this order: pad 0, unk 1, cls 2, sep 3, mask 4, eos 5."""
+SENTENCES = [
+    "the cat sat on the mat",
+    "a dog ran in the park",
+    "birds sing at dawn and dusk",
+    "we read books about old ships",
+    "rain falls on quiet streets tonight",
+]
+
+
+def build_tokenizer(*, pad_token: str = "[PAD]", post_processor: bool = True) -> PreTrainedTokenizerFast:
+    """A WordLevel tokenizer over SENTENCES; with ``post_processor`` it adds ``[CLS] ... [SEP]`` like BERT."""
+    words = sorted({word for sentence in SENTENCES for word in sentence.split()})
+    vocab = {token: index for index, token in enumerate(SPECIALS + words)}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    if post_processor:
+        backend.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+        )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token=pad_token,
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+        eos_token="</s>",
+    )
+
+
+@pytest.fixture
+def tokenizer() -> PreTrainedTokenizerFast:
+    """BERT-like: adds [CLS]/[SEP], pad id 0, mask id 4, eos id 5; pad differs from eos."""
+    return build_tokenizer()
+
+
+@pytest.fixture
+def gpt_tokenizer() -> PreTrainedTokenizerFast:
+    """GPT-2-like: no special tokens added, and the pad token is the eos token (id 5)."""
+    return build_tokenizer(pad_token="</s>", post_processor=False)

@@ -1,0 +1,56 @@
+import pytest
+import torch
+
+from engine import DataLoaderConfig
+
+
+class TestValidation:
+    @pytest.mark.parametrize(
+        ("kwargs", "error", "match"),
+        [
+            ({"batch_size": 0}, ValueError, r"DataLoaderConfig.batch_size should be >= 1, but got batch_size=0"),
+            ({"batch_size": 2.5}, TypeError, r"batch_size should be an int, but got batch_size=2.5"),
+            ({"num_workers": -1}, ValueError, r"num_workers should be >= 0"),
+            ({"prefetch_factor": 0}, ValueError, r"prefetch_factor should be >= 1"),
+            ({"seed": -3}, ValueError, r"seed should be >= 0"),
+            ({"shuffle": "yes"}, TypeError, r"shuffle should be a bool"),
+            ({"pin_memory": 1}, TypeError, r"pin_memory should be True, False or None"),
+            ({"persistent_workers": True}, ValueError, r"persistent_workers=True needs worker processes"),
+            ({"collate_fn": 3}, TypeError, r"collate_fn should be callable"),
+            ({"timeout": -1}, ValueError, r"timeout should be a number >= 0"),
+            ({"multiprocessing_context": "thread"}, ValueError, r"multiprocessing_context should be one of"),
+        ],
+    )
+    def test_bad_values_name_the_field(self, kwargs, error, match):
+        with pytest.raises(error, match=match):
+            DataLoaderConfig(**kwargs)
+
+
+class TestResolve:
+    def test_no_workers_means_no_prefetch_and_no_persistence(self):
+        kwargs, reasons = DataLoaderConfig(num_workers=0, prefetch_factor=4).resolve()
+        assert kwargs["prefetch_factor"] is None
+        assert kwargs["persistent_workers"] is False
+        assert "only with workers" in reasons["prefetch_factor"]
+
+    def test_workers_keep_prefetch_and_persist_by_default(self):
+        kwargs, _ = DataLoaderConfig(num_workers=2, prefetch_factor=3).resolve()
+        assert kwargs["prefetch_factor"] == 3
+        assert kwargs["persistent_workers"] is True
+
+    def test_explicit_persistent_false_is_kept(self):
+        kwargs, reasons = DataLoaderConfig(num_workers=2, persistent_workers=False).resolve()
+        assert kwargs["persistent_workers"] is False
+        assert "was given" in reasons["persistent_workers"]
+
+    def test_pin_memory_follows_cuda(self):
+        kwargs, _ = DataLoaderConfig().resolve()
+        assert kwargs["pin_memory"] is torch.cuda.is_available()
+
+    @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA path")
+    def test_pin_memory_true_without_cuda_warns_and_does_not_pin(self):
+        config = DataLoaderConfig(pin_memory=True)
+        with pytest.warns(UserWarning, match="no CUDA device; not pinning"):
+            kwargs, _ = config.resolve()
+        assert kwargs["pin_memory"] is False
+        assert config.pin_memory is True  # the user's config is not changed
