@@ -128,7 +128,7 @@ class UniversalDataModule(lightning.LightningDataModule):
         """Tokenize raw text and compute the splits, once; later calls (any stage) do nothing."""
         if self.datasets or not self._given:
             return
-        sources = {role: self._tokenized(source) for role, source in self._given.items()}
+        sources = {role: self._prepared(source) for role, source in self._given.items()}
         if "train" in sources:
             train = sources["train"]
             self.split_plan = plan_splits(len(train), val_split=self.val_split, test_split=self.test_split,
@@ -141,9 +141,17 @@ class UniversalDataModule(lightning.LightningDataModule):
                     sources["test"] = train.view(self.split_plan.test)
         self.datasets = sources
 
-    def _tokenized(self, source: MapSource) -> MapSource:
-        if isinstance(source, HFSource) and needs_tokenizer(row_keys(source), self.task_spec, source):
-            return HFSource(tokenize_dataset(source.dataset, self.task_spec, self.tokenizer))
+    def _prepared(self, source: MapSource) -> MapSource:
+        """Raw text becomes token ids; image and audio columns of HF data come back as tensors (Arrow
+        ``Image`` columns as CHW uint8), so the collators see one layout whatever the storage."""
+        spec = self.task_spec
+        if not isinstance(source, HFSource) or spec is None:
+            return source
+        if needs_tokenizer(row_keys(source), spec, source):
+            return HFSource(tokenize_dataset(source.dataset, spec, self.tokenizer))
+        if spec.modality in ("vision", "audio"):
+            columns = [c for c in (*spec.input_fields, spec.target_field) if c in source.column_names]
+            return HFSource(source.dataset.with_format("torch", columns=columns, output_all_columns=True))
         return source
 
     @property

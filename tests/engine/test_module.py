@@ -245,3 +245,25 @@ class TestStateAndSummary:
     def test_protocol(self, token_tensors):
         assert isinstance(UniversalDataModule(token_tensors), DataModuleProtocol)
         assert not isinstance(object(), DataModuleProtocol)
+
+
+class TestHFNonText:
+    def test_image_column_reaches_the_vision_collator_as_uint8(self):
+        import numpy as np
+        from PIL import Image
+
+        images = [Image.fromarray(np.full((8, 8, 3), 30 * i, dtype=np.uint8)) for i in range(6)]
+        rows = datasets.Dataset.from_dict({"pixel_values": images, "labels": [i % 4 for i in range(6)]})
+        rows = rows.cast_column("pixel_values", datasets.Image())
+        dm = UniversalDataModule(rows, task_spec=TaskSpec.vision_tiny(), batch_size=6, shuffle=False,
+                                 collator_kwargs={"normalize": False})
+        batch = next(iter(dm.train_dataloader()))
+        assert batch["pixel_values"].shape == (6, 3, 8, 8)
+        assert torch.allclose(batch["pixel_values"][:, 0, 0, 0], torch.tensor([30.0 * i for i in range(6)]) / 255)
+
+    def test_waveform_lists_reach_the_audio_collator_as_float_tensors(self):
+        waves = [[0.5] * n for n in (100, 250, 40)]
+        rows = datasets.Dataset.from_dict({"input_values": waves, "labels": [0, 1, 2]})
+        spec = TaskSpec.audio_tiny().replace(preprocessing_config={})
+        batch = next(iter(UniversalDataModule(rows, task_spec=spec, batch_size=3, shuffle=False).train_dataloader()))
+        assert batch["input_values"].dtype == torch.float32 and batch["lengths"].tolist() == [100, 250, 40]

@@ -1,0 +1,82 @@
+import random
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import Dataset, IterableDataset, TensorDataset
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from engine import DataLoaderConfig, DataLoaderFactory
+
+
+class RandomPerRow(Dataset):
+    """Rows drawn from the worker's global RNGs, as a user augmentation would."""
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, index):
+        return torch.tensor([index, random.randint(0, 10**6), int(np.random.randint(0, 10**6)),
+                             int(torch.randint(0, 10**6, ()))])
+
+
+class Counting(IterableDataset):
+    def __iter__(self):
+        return iter(torch.arange(6).split(1))
+
+
+def collect(loader):
+    return [batch if isinstance(batch, torch.Tensor) else batch[0] for batch in loader]
+
+
+class TestCreateDataloader:
+    def test_returns_a_stateful_loader_with_identical_batches_per_seed(self):
+        dataset = TensorDataset(torch.randn(100, 32))
+        config = DataLoaderConfig(batch_size=32, shuffle=True, seed=42)
+        factory = DataLoaderFactory()
+        first, second = factory.create_dataloader(dataset, config), factory.create_dataloader(dataset, config)
+        assert isinstance(first, StatefulDataLoader)
+        assert all(torch.equal(a, b) for a, b in zip(collect(first), collect(second)))
+
+    def test_each_epoch_reorders_the_same_rows(self):
+        loader = DataLoaderFactory().create_dataloader(
+            TensorDataset(torch.arange(20)), DataLoaderConfig(batch_size=5, shuffle=True, seed=0))
+        epoch0, epoch1 = torch.cat(collect(loader)), torch.cat(collect(loader))
+        assert not torch.equal(epoch0, epoch1) and torch.equal(epoch0.sort().values, epoch1.sort().values)
+
+    def test_workers_are_seeded_reproducibly(self):
+        config = DataLoaderConfig(batch_size=4, num_workers=2, seed=7, persistent_workers=False)
+
+        def draws():
+            return torch.cat(collect(DataLoaderFactory().create_dataloader(RandomPerRow(), config)))
+
+        first, second = draws(), draws()
+        assert torch.equal(first, second)
+        assert len(set(first[:, 1].tolist())) > 1  # workers got different seeds
+
+    def test_loader_state_resumes_mid_epoch(self):
+        config = DataLoaderConfig(batch_size=4, shuffle=True, seed=3)
+        factory = DataLoaderFactory()
+        loader = factory.create_dataloader(TensorDataset(torch.arange(24)), config)
+        iterator = iter(loader)
+        next(iterator), next(iterator)
+        state = loader.state_dict()
+        rest = [b[0] for b in iterator]
+        resumed = factory.create_dataloader(TensorDataset(torch.arange(24)), config)
+        resumed.load_state_dict(state)
+        assert all(torch.equal(a, b) for a, b in zip(collect(resumed), rest)) and len(rest) == 4
+
+    def test_iterable_dataset(self):
+        loader = DataLoaderFactory().create_dataloader(Counting(), DataLoaderConfig(batch_size=4))
+        assert [b.flatten().tolist() for b in loader] == [[0, 1, 2, 3], [4, 5]]
+        with pytest.raises(ValueError, match="shuffle=True cannot reorder an IterableDataset"):
+            DataLoaderFactory().create_dataloader(Counting(), DataLoaderConfig(shuffle=True))
+
+    def test_unpicklable_collate_fn_under_spawn_fails_at_creation(self):
+        config = DataLoaderConfig(num_workers=1, multiprocessing_context="spawn", collate_fn=lambda rows: rows)
+        with pytest.raises(TypeError, match="with the 'spawn' start method sends the collate_fn"):
+            DataLoaderFactory().create_dataloader(TensorDataset(torch.arange(4)), config)
+
+    def test_config_of_wrong_type(self):
+        with pytest.raises(TypeError, match="config should be a DataLoaderConfig, but got dict"):
+            DataLoaderFactory().create_dataloader(TensorDataset(torch.arange(4)), {"batch_size": 2})
