@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import default_collate
 
 IDS_EXPECTED = "a 1-D sequence of int token ids (list, tuple, 1-D integer tensor or 1-D integer numpy array)"
 
@@ -172,23 +171,6 @@ def collate_targets(values: Sequence[Any], key: str, *, dtype: torch.dtype) -> t
                 f"{values[index]!r:.60}; use task_type='regression' for real-valued targets"
             )
     return stacked.to(dtype)
-
-
-def collate_extra(values: Sequence[Any]) -> Any:
-    """Collate a key the collator does not interpret: a tensor when the values stack, else a list (copied)."""
-    first = values[0]
-    if isinstance(first, (list, tuple)):
-        try:
-            stacked = torch.tensor(values)
-            if not stacked.dtype.is_complex:
-                return stacked
-        except (TypeError, ValueError, RuntimeError):
-            pass
-        return [list(value) if isinstance(value, (list, tuple)) else value for value in values]
-    try:
-        return default_collate(list(values))
-    except (TypeError, RuntimeError, ValueError):
-        return [value.clone() if isinstance(value, torch.Tensor) else value for value in values]
 
 
 def tokenize_column(tokenizer: Any, rows: Sequence[Mapping[str, Any]], key: str, *, max_length: int | None,

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 import torchaudio
 
+from collators._extra import add_extra_keys
 from collators._padding import PADDING_SIDES, pad_sequences, padded_length
 from collators.default import MISSING, collate_labels
 from task_spec import TaskSpec
@@ -150,7 +151,7 @@ class AudioCollator:
                 batch["feature_lengths"] = lengths // self.hop_length + 1
         if any(label is not MISSING for label in labels):
             batch[str(self.target_field)] = collate_labels(labels, key=str(self.target_field))
-        return batch
+        return add_extra_keys(batch, rows, {self.input_field, str(self.target_field), "sampling_rate"})
 
     def _split(self, row: Any, index: int) -> tuple[torch.Tensor, Any]:
         label, rate = MISSING, None

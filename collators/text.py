@@ -8,11 +8,11 @@ from typing import Any
 import torch
 
 from collators import _text_options as opts
+from collators._extra import collate_extra
 from collators._padding import PaddingLayout, check_padding_side, padded_length
 from collators._text_inputs import (
     as_mapping_rows,
     check_same_lengths,
-    collate_extra,
     collate_targets,
     column,
     flatten_ids,

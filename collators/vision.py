@@ -15,6 +15,7 @@ import torch
 import torchvision.transforms.v2.functional as TF
 from PIL import Image
 
+from collators._extra import add_extra_keys
 from collators.default import MISSING, collate_labels
 from task_spec import TaskSpec
 
@@ -38,7 +39,7 @@ class VisionCollator:
     scaled by 1/255; float is taken as already in [0, 1]), an HWC numpy array (uint8 or float), a 2-D HW
     grayscale tensor/array (becomes 1xHxW), or a PIL image. PIL modes: 'L' gives 1 channel and 'RGB' 3;
     '1' and 'LA' become 'L'; 'RGBA', 'P', 'CMYK', ... become 'RGB' (alpha is dropped, not composited: pass
-    a 4-channel tensor with 4-value mean/std to keep it). Other keys in dict rows are ignored.
+    a 4-channel tensor with 4-value mean/std to keep it). Other keys in dict rows pass through to the batch.
 
     Grayscale: mean/std must have one value per channel. A 1-channel image with 3-value stats raises unless
     ``grayscale_to_rgb=True``, which repeats the channel three times (as ``Grayscale(num_output_channels=3)``).
@@ -143,7 +144,7 @@ class VisionCollator:
             batch = {self.input_field: pixels}
         if any(label is not MISSING for label in labels):
             batch[str(self.target_field)] = collate_labels(labels, key=str(self.target_field))
-        return batch
+        return add_extra_keys(batch, rows, {self.input_field, str(self.target_field)})
 
     def normalize_on_device(self, pixel_values: torch.Tensor) -> torch.Tensor:
         """Finish a ``keep_uint8`` batch wherever it lives: scale to [0, 1], then normalize if ``normalize``."""
