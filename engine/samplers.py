@@ -24,7 +24,85 @@ class BatchIndices(list):
     rng_seed: int | None = None
 
 
-class SeededBatchSampler(Sampler[list[int]]):
+class EpochBatchSampler(Sampler[list[int]]):
+    """Base of the engine's batch samplers: epoch bookkeeping, resume state and per-batch seeds.
+
+    Subclasses only say how an epoch is cut into batches, in :meth:`epoch_batches`, as a pure function of
+    (seed, epoch, rank). Iterating again gives the next epoch; ``set_epoch`` pins one; ``state_dict`` is
+    (seed, epoch, position), so saving it every step costs microseconds and resuming is exact.
+    """
+
+    def __init__(self, *, seed: int = 0) -> None:
+        self.seed = seed
+        self._epoch = 0
+        self._fresh = True  # the next iteration uses self._epoch as is; otherwise it advances first
+        self._position = 0
+        self._resume_position = 0
+        self._cache: tuple[int, list[list[int]]] | None = None
+
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        """This rank's batches of ``epoch``, in order. Must depend only on (seed, epoch) and the options."""
+        raise NotImplementedError
+
+    def _batches(self, epoch: int) -> list[list[int]]:
+        if self._cache is None or self._cache[0] != epoch:
+            self._cache = (epoch, self.epoch_batches(epoch))
+        return self._cache[1]
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the current (or next) iteration draws its order from."""
+        return self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Pin the epoch of the next iteration (Lightning and distributed loops call this each epoch)."""
+        if not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"epoch should be an int >= 0, but got epoch={epoch!r}")
+        if epoch != self._epoch:
+            self._resume_position = 0
+        self._epoch = epoch
+        self._fresh = True
+
+    def __len__(self) -> int:
+        return len(self._batches(self._epoch))
+
+    def __iter__(self) -> Iterator[BatchIndices]:
+        # Bookkeeping runs lazily, on the first next(): torchdata creates iterators it never consumes.
+        # An iteration abandoned part-way still counts as an epoch, so the next one gets a new order.
+        if not self._fresh:
+            self._epoch += 1
+        self._fresh = False
+        epoch, start = self._epoch, self._resume_position
+        self._resume_position = 0
+        batches = self._batches(epoch)
+        for position in range(start, len(batches)):
+            batch = BatchIndices(batches[position])
+            batch.rng_seed = batch_seed(self.seed, epoch, batch)
+            self._position = position + 1
+            yield batch
+        self._epoch, self._position, self._fresh = epoch + 1, 0, True
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the sampler stands: seed, the epoch of the next batch and batches already yielded in it."""
+        return {"seed": self.seed, "epoch": self._epoch, "position": self._position}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state``: the next iteration resumes its epoch at the saved position."""
+        missing = {"seed", "epoch", "position"} - set(state)
+        if missing:
+            raise KeyError(f"sampler state is missing {sorted(missing)}; got keys {sorted(state)}")
+        if state["seed"] != self.seed:
+            raise ValueError(
+                f"sampler state was saved with seed={state['seed']}, but this sampler has seed={self.seed}; "
+                f"resuming would visit a different order. Build the loader with seed={state['seed']}"
+            )
+        self._epoch = int(state["epoch"])
+        self._resume_position = int(state["position"])
+        self._position = self._resume_position
+        self._fresh = True
+
+
+class SeededBatchSampler(EpochBatchSampler):
     """Yields batches of indices into a dataset of ``num_samples`` rows, in a seeded order per epoch.
 
     Args:
@@ -64,32 +142,14 @@ class SeededBatchSampler(Sampler[list[int]]):
             raise ValueError(f"rank should be in [0, num_replicas={num_replicas}), but got rank={rank}")
         if uneven not in UNEVEN_POLICIES:
             raise ValueError(f"uneven should be one of {UNEVEN_POLICIES}, but got uneven={uneven!r}")
+        super().__init__(seed=seed)
         self.num_samples = num_samples
         self.batch_size = batch_size
         self.shuffle = shuffle
-        self.seed = seed
         self.drop_last = drop_last
         self.num_replicas = num_replicas
         self.rank = rank
         self.uneven = uneven
-        self._epoch = 0
-        self._fresh = True  # the next iteration uses self._epoch as is; otherwise it advances first
-        self._position = 0
-        self._resume_position = 0
-
-    @property
-    def epoch(self) -> int:
-        """The epoch the current (or next) iteration draws its order from."""
-        return self._epoch
-
-    def set_epoch(self, epoch: int) -> None:
-        """Pin the epoch of the next iteration (Lightning and distributed loops call this each epoch)."""
-        if not isinstance(epoch, int) or epoch < 0:
-            raise ValueError(f"epoch should be an int >= 0, but got epoch={epoch!r}")
-        if epoch != self._epoch:
-            self._resume_position = 0
-        self._epoch = epoch
-        self._fresh = True
 
     def rank_indices(self, epoch: int) -> list[int]:
         """The indices this rank visits in ``epoch``, in order."""
@@ -107,48 +167,20 @@ class SeededBatchSampler(Sampler[list[int]]):
             order = order[self.rank :: self.num_replicas]
         return order
 
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        order = self.rank_indices(epoch)
+        batches = [order[start : start + self.batch_size] for start in range(0, len(order), self.batch_size)]
+        if self.drop_last and batches and len(batches[-1]) < self.batch_size:
+            batches.pop()
+        return batches
+
+    def __len__(self) -> int:  # without computing an epoch's order
+        rows = self._num_rank_samples()
+        return rows // self.batch_size if self.drop_last else math.ceil(rows / self.batch_size)
+
     def _num_rank_samples(self) -> int:
         if self.num_replicas == 1:
             return self.num_samples
         if self.uneven == "pad":
             return math.ceil(self.num_samples / self.num_replicas) if self.num_samples else 0
         return self.num_samples // self.num_replicas
-
-    def __len__(self) -> int:
-        rows = self._num_rank_samples()
-        return rows // self.batch_size if self.drop_last else math.ceil(rows / self.batch_size)
-
-    def __iter__(self) -> Iterator[BatchIndices]:
-        # Bookkeeping runs lazily, on the first next(): torchdata creates iterators it never consumes.
-        # An iteration abandoned part-way still counts as an epoch, so the next one gets a new order.
-        if not self._fresh:
-            self._epoch += 1
-        self._fresh = False
-        epoch, start = self._epoch, self._resume_position
-        self._resume_position = 0
-        order = self.rank_indices(epoch)
-        for position in range(start, len(self)):
-            batch = BatchIndices(order[position * self.batch_size : (position + 1) * self.batch_size])
-            batch.rng_seed = batch_seed(self.seed, epoch, batch)
-            self._position = position + 1
-            yield batch
-        self._epoch, self._position, self._fresh = epoch + 1, 0, True
-
-    def state_dict(self) -> dict[str, Any]:
-        """Where the sampler stands: seed, the epoch of the next batch and batches already yielded in it."""
-        return {"seed": self.seed, "epoch": self._epoch, "position": self._position}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from ``state``: the next iteration resumes its epoch at the saved position."""
-        missing = {"seed", "epoch", "position"} - set(state)
-        if missing:
-            raise KeyError(f"sampler state is missing {sorted(missing)}; got keys {sorted(state)}")
-        if state["seed"] != self.seed:
-            raise ValueError(
-                f"sampler state was saved with seed={state['seed']}, but this sampler has seed={self.seed}; "
-                f"resuming would visit a different order. Build the loader with seed={state['seed']}"
-            )
-        self._epoch = int(state["epoch"])
-        self._resume_position = int(state["position"])
-        self._position = self._resume_position
-        self._fresh = True
