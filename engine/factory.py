@@ -43,11 +43,12 @@ class DataLoaderFactory:
         batch_sampler: Sampler[list[int]] | None = None,
         rank: int = 0,
         num_replicas: int = 1,
+        uneven: str = "pad",
     ) -> StatefulDataLoader:
         """Build a loader over ``dataset`` (map-style or iterable) configured by ``config``.
 
         ``batch_sampler`` replaces the seeded sampler (its own order is then used as it is); ``rank`` and
-        ``num_replicas`` shard the seeded sampler's order.
+        ``num_replicas`` shard the seeded sampler's order, with ``uneven`` ('pad' or 'drop') equalizing ranks.
         """
         config = config or DataLoaderConfig()
         if not isinstance(config, DataLoaderConfig):
@@ -81,6 +82,7 @@ class DataLoaderFactory:
             drop_last=config.drop_last,
             num_replicas=num_replicas,
             rank=rank,
+            uneven=uneven,
         )
         check_picklable(source, collate, kwargs)
         return StatefulDataLoader(source, batch_sampler=sampler, **common)

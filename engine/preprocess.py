@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.inputs import text_fields
+from engine.inputs import needs_tokenizer, row_keys, text_fields
+from engine.sources import HFSource, MapSource
 from task_spec import TaskSpec
 
 
@@ -48,3 +49,16 @@ def tokenize_dataset(dataset: Any, spec: TaskSpec, tokenizer: Any) -> Any:
         spec.additional_config.get("max_target_len"),
     )
     return dataset.map(function, batched=True, remove_columns=consumed, desc=f"Tokenizing {text_field!r}")
+
+
+def prepare_source(source: MapSource, spec: TaskSpec | None, tokenizer: Any) -> MapSource:
+    """Raw text becomes token ids; image and audio columns of HF data come back as tensors (Arrow ``Image``
+    columns as CHW uint8), so the collators see one layout whatever the storage. Other sources pass as is."""
+    if not isinstance(source, HFSource) or spec is None:
+        return source
+    if needs_tokenizer(row_keys(source), spec, source):
+        return HFSource(tokenize_dataset(source.dataset, spec, tokenizer))
+    if spec.modality in ("vision", "audio"):
+        columns = [c for c in (*spec.input_fields, spec.target_field) if c in source.column_names]
+        return HFSource(source.dataset.with_format("torch", columns=columns, output_all_columns=True))
+    return source

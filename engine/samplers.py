@@ -24,6 +24,17 @@ class BatchIndices(list):
     rng_seed: int | None = None
 
 
+class EpochHandle:
+    """What Lightning reads as ``batch_sampler.sampler``: it calls ``set_epoch`` there at every epoch start,
+    and this forwards it to the batch sampler that owns the order."""
+
+    def __init__(self, owner: EpochBatchSampler) -> None:
+        self.owner = owner
+
+    def set_epoch(self, epoch: int) -> None:
+        self.owner.set_epoch(epoch)
+
+
 class EpochBatchSampler(Sampler[list[int]]):
     """Base of the engine's batch samplers: epoch bookkeeping, resume state and per-batch seeds.
 
@@ -32,6 +43,9 @@ class EpochBatchSampler(Sampler[list[int]]):
     (seed, epoch, position), so saving it every step costs microseconds and resuming is exact.
     """
 
+    reseed_each_epoch = True
+    """Whether per-batch randomness changes with the epoch (training) or repeats every pass (evaluation)."""
+
     def __init__(self, *, seed: int = 0) -> None:
         self.seed = seed
         self._epoch = 0
@@ -39,6 +53,8 @@ class EpochBatchSampler(Sampler[list[int]]):
         self._position = 0
         self._resume_position = 0
         self._cache: tuple[int, list[list[int]]] | None = None
+        self.sampler = EpochHandle(self)
+        self._retired: str | None = None
 
     def epoch_batches(self, epoch: int) -> list[list[int]]:
         """This rank's batches of ``epoch``, in order. Must depend only on (seed, epoch) and the options."""
@@ -76,11 +92,17 @@ class EpochBatchSampler(Sampler[list[int]]):
         self._resume_position = 0
         batches = self._batches(epoch)
         for position in range(start, len(batches)):
+            if self._retired is not None:
+                raise RuntimeError(self._retired)
             batch = BatchIndices(batches[position])
-            batch.rng_seed = batch_seed(self.seed, epoch, batch)
+            batch.rng_seed = batch_seed(self.seed, epoch if self.reseed_each_epoch else 0, batch)
             self._position = position + 1
             yield batch
         self._epoch, self._position, self._fresh = epoch + 1, 0, True
+
+    def retire(self, reason: str) -> None:
+        """Make iterators still running over this sampler raise ``reason`` instead of yielding stale batches."""
+        self._retired = reason
 
     def state_dict(self) -> dict[str, Any]:
         """Where the sampler stands: seed, the epoch of the next batch and batches already yielded in it."""
@@ -184,3 +206,45 @@ class SeededBatchSampler(EpochBatchSampler):
         if self.uneven == "pad":
             return math.ceil(self.num_samples / self.num_replicas) if self.num_samples else 0
         return self.num_samples // self.num_replicas
+
+
+class ShardedEvalBatchSampler(EpochBatchSampler):
+    """Evaluation batches: every row exactly once across ranks, in storage order, and the same number of
+    batches on every rank, so collective calls in evaluation cannot hang (``DistributedSampler`` pads with
+    duplicates instead, pytorch #25162). Ranks with fewer rows get slightly smaller last batches.
+
+    Example:
+        >>> [list(map(len, ShardedEvalBatchSampler(17, 4, num_replicas=2, rank=r))) for r in range(2)]
+        [[4, 4, 1], [4, 3, 1]]
+    """
+
+    reseed_each_epoch = False  # the same masks every validation pass, so losses compare across epochs
+
+    def __init__(
+        self, num_samples: int, batch_size: int, *, seed: int = 0, num_replicas: int = 1, rank: int = 0
+    ) -> None:
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank should be in [0, num_replicas={num_replicas}), but got rank={rank}")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size should be an int >= 1, but got batch_size={batch_size!r}")
+        if 0 < num_samples < num_replicas:
+            raise ValueError(
+                f"{num_samples} evaluation rows cannot be shared by {num_replicas} ranks without duplicating rows; "
+                f"give at least {num_replicas} rows or evaluate on fewer ranks"
+            )
+        super().__init__(seed=seed)
+        self.num_samples, self.batch_size = num_samples, batch_size
+        self.num_replicas, self.rank = num_replicas, rank
+
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        shard = list(range(self.rank, self.num_samples, self.num_replicas))
+        longest = math.ceil(self.num_samples / self.num_replicas) if self.num_samples else 0
+        count = math.ceil(longest / self.batch_size)
+        sizes = [self.batch_size] * count
+        excess = self.batch_size * count - len(shard)
+        for index in reversed(range(count)):  # shrink the last batches, keeping every batch non-empty
+            cut = min(excess, sizes[index] - 1)
+            sizes[index] -= cut
+            excess -= cut
+        starts = [sum(sizes[:i]) for i in range(count)]
+        return [shard[start : start + size] for start, size in zip(starts, sizes)]

@@ -614,8 +614,9 @@ def test_integration_with_pytorch_lightning(tokenizer):
     # --- the guide's module has no model: a subclass adds the smallest one so that fit() can run ---
 
     class TinyNextToken(MyLightningModule):
-        def __init__(self, data_module: DataModuleProtocol, vocab: int):
+        def __init__(self, data_module: DataModuleProtocol):
             super().__init__(data_module)
+            vocab = len(tokenizer)
             self.embed, self.head = torch.nn.Embedding(vocab, 8), torch.nn.Linear(8, vocab)
             self.val_batches = 0
 
@@ -633,11 +634,9 @@ def test_integration_with_pytorch_lightning(tokenizer):
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
-    MyLightningModule = TinyNextToken  # noqa: N806
-
     # --- guide example, continued ---
     # Works with both UniversalDataModule and Lightning's LightningDataModule
-    module = MyLightningModule(data_module, len(tokenizer))  # (the subclass also takes the vocabulary size)
+    module = TinyNextToken(data_module)  # the guide: MyLightningModule(data_module), here with the model added
     # substitution: pl.Trainer() -> a quiet CPU trainer that stops after two steps
     trainer = pl.Trainer(max_steps=2, accelerator='cpu', logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False)

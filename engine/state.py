@@ -1,0 +1,72 @@
+"""The data module's checkpoint state: where the train loader stands, and fingerprints of the data it reads.
+
+A state is only loaded into a module whose data, seed and splits match; otherwise a resumed run would
+silently train on other rows, so loading raises and names what differs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from engine.sources import MapSource
+
+STATE_VERSION = 2
+SAMPLED_ROWS = 16
+
+
+def data_fingerprint(source: MapSource) -> str:
+    """A hash of the row count and of evenly spaced rows (first and last included): cheap at any size,
+    and different whenever the data are shuffled, replaced, grown or shrunk."""
+    digest = hashlib.blake2b(digest_size=12)
+    count = len(source)
+    digest.update(count.to_bytes(8, "little"))
+    positions = sorted({int(p) for p in np.linspace(0, count - 1, num=min(count, SAMPLED_ROWS))}) if count else []
+    for position in positions:
+        _hash_value(digest, source[position])
+    return digest.hexdigest()
+
+
+def _hash_value(digest: Any, value: Any) -> None:
+    if isinstance(value, torch.Tensor):
+        digest.update(f"{value.dtype}{tuple(value.shape)}".encode())
+        digest.update(value.detach().cpu().contiguous().numpy().tobytes())
+    elif isinstance(value, np.ndarray):
+        digest.update(f"{value.dtype}{value.shape}".encode())
+        digest.update(np.ascontiguousarray(value).tobytes())
+    elif isinstance(value, Mapping):
+        for key in sorted(value, key=str):
+            digest.update(repr(key).encode())
+            _hash_value(digest, value[key])
+    elif isinstance(value, (list, tuple)):
+        digest.update(f"{type(value).__name__}{len(value)}".encode())
+        for item in value:
+            _hash_value(digest, item)
+    else:
+        digest.update(repr(value).encode())
+
+
+def check_compatible(saved: Mapping[str, Any], current: Mapping[str, Any]) -> None:
+    """Raise ValueError naming the first field of ``saved`` that differs from ``current``."""
+    if saved.get("version") != current["version"]:
+        raise ValueError(
+            f"the checkpoint's data state has version {saved.get('version')!r}, but this engine writes version "
+            f"{current['version']}; it cannot be resumed exactly. Start a new run"
+        )
+    explanations = {
+        "seed": "the seed decides the split, the order and every random choice",
+        "data_fingerprint": "the training data differ (rows changed, reordered, added or removed)",
+        "split_fingerprint": "the train/val/test split differs (val_split, test_split or the data changed)",
+        "world_size": "the number of ranks differs, so each rank would read other rows",
+    }
+    for key, why in explanations.items():
+        if saved.get(key) != current.get(key):
+            raise ValueError(
+                f"the checkpoint's data state does not match this data module: {key} was {saved.get(key)!r} when "
+                f"saved and is {current.get(key)!r} now ({why}). Resume with the same data, seed, splits and "
+                f"number of ranks, or start a new run"
+            )

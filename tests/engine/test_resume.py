@@ -1,0 +1,100 @@
+"""Exact resume: stopping at any step and continuing yields exactly the batches an uninterrupted run sees."""
+
+import hashlib
+import pickle
+
+import pytest
+import torch
+
+from engine import UniversalDataModule
+from task_spec import TaskSpec
+
+SPEC = TaskSpec.mlm_tiny().replace(special_tokens={"pad_token_id": 0, "mask_token_id": 1},
+                                   additional_config={"vocab_size": 600})
+
+
+def rows(count=45, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(3, 25, (count,), generator=generator)
+    return [torch.randint(2, 600, (int(n),), generator=generator) for n in lengths]
+
+
+def fingerprint(batch):
+    """A hash of every tensor of a batch: inputs, masks and the MLM labels (so masks must match too)."""
+    digest = hashlib.blake2b(digest_size=8)
+    for key in sorted(batch):
+        digest.update(key.encode() + batch[key].numpy().tobytes())
+    return digest.hexdigest()
+
+
+def module(workers=0, data=None, **kwargs):
+    options = dict(task_spec=SPEC, batch_size=8, val_split=5, seed=11, num_workers=workers)
+    options.update(kwargs)
+    return UniversalDataModule(data if data is not None else rows(), **options)
+
+
+def run(dm, steps):
+    """Consume ``steps`` training batches, passing epochs as a plain loop would; return their hashes."""
+    seen, loader = [], dm.train_dataloader()
+    while len(seen) < steps:
+        for batch in loader:
+            seen.append(fingerprint(batch))
+            if len(seen) == steps:
+                break
+    return seen
+
+
+class TestPlainLoop:
+    @pytest.mark.parametrize("workers", [0, 2])
+    @pytest.mark.parametrize("stop", [0, 1, 3, 5, 6, 9])
+    def test_resume_at_any_step_continues_exactly(self, workers, stop):
+        total = 12  # 5 batches per epoch: stops land mid-epoch, on the boundary and in the next epoch
+        reference = run(module(workers), total)
+        first = module(workers)
+        assert run(first, stop) == reference[:stop]
+        state = pickle.loads(pickle.dumps(first.state_dict()))
+        resumed = module(workers)
+        resumed.load_state_dict(state)
+        assert run(resumed, total - stop) == reference[stop:]
+
+    def test_batches_do_not_depend_on_the_number_of_workers(self):
+        reference = run(module(0), 10)
+        assert run(module(1), 10) == reference
+        assert run(module(2), 10) == reference
+
+    def test_loading_replaces_a_loader_in_use_and_stale_iterators_raise(self):
+        dm = module()
+        stale = iter(dm.train_dataloader())
+        next(stale)
+        saved = dm.state_dict()
+        dm.load_state_dict(saved)
+        with pytest.raises(RuntimeError, match=r"load_state_dict\(\) replaced this train loader"):
+            for _ in stale:
+                pass
+        assert run(dm, 2) == run(module(), 3)[1:]
+
+    def test_state_survives_a_round_trip_through_state_dict_before_any_batch(self):
+        dm = module()
+        state = dm.state_dict()
+        resumed = module()
+        resumed.load_state_dict(state)
+        assert run(resumed, 4) == run(module(), 4)
+
+
+class TestMismatch:
+    @pytest.mark.parametrize(("change", "field"), [
+        (dict(seed=12), "seed"),
+        (dict(data=rows(seed=1)), "data_fingerprint"),
+        (dict(data=rows(count=46)), "data_fingerprint"),
+        (dict(val_split=6), "split_fingerprint"),
+    ])
+    def test_state_from_other_data_is_refused(self, change, field):
+        state = module().state_dict()
+        with pytest.raises(ValueError, match=f"does not match this data module: {field} was"):
+            module(**change).load_state_dict(state)
+
+    def test_state_from_another_engine_version_is_refused(self):
+        state = module().state_dict()
+        state["version"] = 0
+        with pytest.raises(ValueError, match="has version 0, but this engine writes version"):
+            module().load_state_dict(state)

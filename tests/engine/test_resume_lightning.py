@@ -1,0 +1,49 @@
+"""Exact resume through Lightning: ModelCheckpoint every few steps, then Trainer.fit(..., ckpt_path=...)."""
+
+import lightning
+import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from tests.engine.test_resume import SPEC, fingerprint, module
+
+
+class Recorder(lightning.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.embed, self.head = torch.nn.Embedding(600, 8), torch.nn.Linear(8, 600)
+        self.seen: list[str] = []
+
+    def training_step(self, batch, batch_index):
+        self.seen.append(fingerprint(batch))
+        logits = self.head(self.embed(batch["input_ids"]))
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten())
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def trainer(**kwargs):
+    return lightning.Trainer(accelerator="cpu", devices=1, max_epochs=3, logger=False, enable_progress_bar=False,
+                             enable_model_summary=False, num_sanity_val_steps=0, **kwargs)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_resume_from_a_mid_epoch_checkpoint_sees_the_remaining_batches(tmp_path, workers):
+    assert SPEC.task_type == "masked_lm"  # masks are random: they must match after resume too
+    full = Recorder()
+    checkpoints = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=7, save_top_k=-1)
+    trainer(callbacks=[checkpoints]).fit(full, datamodule=module(workers))
+    assert len(full.seen) == 15  # 40 training rows, batch 8: 5 steps per epoch, 3 epochs
+    resumed = Recorder()
+    trainer(enable_checkpointing=False).fit(resumed, datamodule=module(workers),
+                                            ckpt_path=tmp_path / "epoch=1-step=7.ckpt")
+    assert resumed.seen == full.seen[7:]
+
+
+def test_checkpoint_of_other_data_is_refused(tmp_path):
+    checkpoints = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=3, save_top_k=-1)
+    trainer(callbacks=[checkpoints], max_steps=3).fit(Recorder(), datamodule=module(seed=11))
+    with pytest.raises(ValueError, match="does not match this data module: seed was 11"):
+        trainer(enable_checkpointing=False).fit(Recorder(), datamodule=module(seed=12),
+                                                ckpt_path=tmp_path / "epoch=0-step=3.ckpt")
