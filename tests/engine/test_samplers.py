@@ -87,3 +87,36 @@ class TestState:
     def test_incomplete_state_is_refused(self):
         with pytest.raises(KeyError, match=r"sampler state is missing \['position'\]"):
             SeededBatchSampler(10, 2).load_state_dict({"seed": 0, "epoch": 0})
+
+
+class TestShardedEval:
+    @pytest.mark.parametrize(("rows", "batch", "ranks"), [(17, 4, 2), (16, 4, 2), (3, 8, 2), (10, 3, 3), (9, 4, 1)])
+    def test_every_row_once_and_equal_batch_counts(self, rows, batch, ranks):
+        from engine.samplers import ShardedEvalBatchSampler
+
+        per_rank = [[list(b) for b in ShardedEvalBatchSampler(rows, batch, num_replicas=ranks, rank=r)]
+                    for r in range(ranks)]
+        assert len({len(batches) for batches in per_rank}) == 1
+        assert all(0 < len(b) <= batch for batches in per_rank for b in batches)
+        assert sorted(i for batches in per_rank for b in batches for i in b) == list(range(rows))
+
+    def test_randomness_repeats_every_pass(self):
+        from engine.samplers import ShardedEvalBatchSampler
+
+        sampler = ShardedEvalBatchSampler(8, 4, seed=3)
+        assert [b.rng_seed for b in sampler] == [b.rng_seed for b in sampler]
+
+    def test_fewer_rows_than_ranks(self):
+        from engine.samplers import ShardedEvalBatchSampler
+
+        with pytest.raises(ValueError, match="1 evaluation rows cannot be shared by 2 ranks without duplicating"):
+            ShardedEvalBatchSampler(1, 4, num_replicas=2, rank=0)
+
+
+class TestLightningEpochHandle:
+    def test_set_epoch_on_the_handle_reaches_the_batch_sampler(self):
+        sampler = SeededBatchSampler(20, 4, shuffle=True, seed=1)
+        sampler.sampler.set_epoch(3)  # where Lightning calls it: dataloader.batch_sampler.sampler
+        other = SeededBatchSampler(20, 4, shuffle=True, seed=1)
+        other.set_epoch(3)
+        assert sampler.epoch == 3 and epoch_batches(sampler) == epoch_batches(other)
