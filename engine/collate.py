@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from collators import CollatorRegistry, Resolution
-from engine.rng import generator_from
+from engine.rng import content_seed, generator_from
 from task_spec import TaskSpec
 
 
@@ -23,18 +23,23 @@ def accepts_generator(collate_fn: Callable[..., Any]) -> bool:
 class SeededCollate:
     """Wraps a collate function; passes ``generator=`` seeded from the batch's (seed, epoch, indices).
 
+    Rows from a stream have no indices: with ``content_seed_from=seed`` their generator derives from the
+    seed and the rows themselves, so masks still do not depend on the worker that built the batch.
     Collators that take no generator (plain functions such as ``default_collate``) are called as they are.
     Picklable whenever the wrapped function is, so it works in spawned workers.
     """
 
-    def __init__(self, collate_fn: Callable[..., Any]) -> None:
+    def __init__(self, collate_fn: Callable[..., Any], *, content_seed_from: int | None = None) -> None:
         self.collate_fn = collate_fn
         self.takes_generator = accepts_generator(collate_fn)
+        self.content_seed_from = content_seed_from
 
     def __call__(self, rows: list[Any]) -> Any:
         if not self.takes_generator:
             return self.collate_fn(rows)
         seed = getattr(rows, "rng_seed", None)
+        if seed is None and self.content_seed_from is not None:  # stream rows carry no indices
+            seed = content_seed(self.content_seed_from, rows)
         return self.collate_fn(rows, generator=generator_from(seed) if seed is not None else None)
 
     def __repr__(self) -> str:

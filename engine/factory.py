@@ -55,7 +55,10 @@ class DataLoaderFactory:
             raise TypeError(f"config should be a DataLoaderConfig, but got {type(config).__name__}")
         kwargs, _ = config.resolve()
         seed = config.seed if config.seed is not None else secrets.randbits(31)
-        collate = SeededCollate(config.collate_fn if config.collate_fn is not None else DefaultCollator())
+        collate = SeededCollate(
+            config.collate_fn if config.collate_fn is not None else DefaultCollator(),
+            content_seed_from=seed if isinstance(dataset, IterableDataset) else None,
+        )
         common = dict(
             collate_fn=collate,
             worker_init_fn=seed_worker,

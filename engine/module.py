@@ -14,11 +14,19 @@ from engine.config import DataLoaderConfig
 from engine.distributed import check_trainer_keeps_our_samplers, resolve_world
 from engine.factory import DataLoaderFactory
 from engine.inputs import check_inputs
-from engine.preprocess import prepare_source
+from engine.preprocess import prepare_source, prepare_stream
 from engine.samplers import ShardedEvalBatchSampler
-from engine.sources import MapSource, as_source, is_hf_dataset_dict, unpack_dataset_dict
+from engine.sources import MapSource, TorchSource, as_source, is_hf_dataset_dict, unpack_dataset_dict
 from engine.splits import SplitPlan, plan_splits
 from engine.state import STATE_VERSION, check_compatible, data_fingerprint
+from engine.streams import (
+    EpochStream,
+    check_resumable,
+    check_stream_options,
+    is_hf_stream,
+    peek_rows,
+    stream_fingerprint,
+)
 from engine.summary import render_html, render_text
 from task_spec import TaskSpec
 
@@ -39,7 +47,9 @@ class UniversalDataModule(lightning.LightningDataModule):
         batch_size: Rows per training batch; ``eval_batch_size`` (default the same) for the others.
         num_workers, pin_memory, persistent_workers, prefetch_factor: As in :class:`DataLoaderConfig`.
         seed: Seed of the split, the shuffle and every random choice in the collators.
-        shuffle, drop_last: Training-loader options (evaluation loaders never shuffle or drop).
+        shuffle: Seeded shuffle with a new order each epoch; default on, except for a stream
+            (``datasets.IterableDataset``), which is read in its own order and sharded by rank and worker.
+        drop_last: Drop the last incomplete training batch (evaluation loaders never shuffle or drop).
         uneven: Across ranks, ``pad`` (repeat a few rows) or ``drop`` (leave a few out) so every rank gets the
             same number of training batches. Evaluation always reads every row exactly once.
         collate_fn: Use this collate function instead of the registry's choice.
@@ -70,7 +80,7 @@ class UniversalDataModule(lightning.LightningDataModule):
         eval_batch_size: int | None = None,
         num_workers: int = 0,
         seed: int = 42,
-        shuffle: bool = True,
+        shuffle: bool | None = None,
         drop_last: bool = False,
         uneven: str = "pad",
         pin_memory: bool | None = None,
@@ -85,7 +95,12 @@ class UniversalDataModule(lightning.LightningDataModule):
             raise TypeError(f"task_spec should be a TaskSpec, but got {type(task_spec).__name__}: {task_spec!r}")
         if is_hf_dataset_dict(train_data):
             train_data, val_data, test_data = unpack_dataset_dict(train_data, val_data, test_data)
-        if train_data is None and predict_data is None:
+        self._stream = train_data if is_hf_stream(train_data) else None
+        if self._stream is not None:
+            check_stream_options(val_split=val_split, test_split=test_split, shuffle=shuffle,
+                                 num_workers=num_workers, persistent_workers=persistent_workers)
+            train_data = None
+        elif train_data is None and predict_data is None:
             raise ValueError("UniversalDataModule needs train_data (or predict_data for prediction only)")
         if val_data is not None and val_split:
             raise ValueError(
@@ -109,10 +124,13 @@ class UniversalDataModule(lightning.LightningDataModule):
                                ("predict", predict_data))
             if data is not None
         }
+        if self._stream is not None:
+            self._given["train"] = TorchSource(peek_rows(self._stream, 1))  # checked below, replaced at setup
         for role, source in self._given.items():
             check_inputs(source, task_spec, tokenizer, f"{role}_data", require_target=role != "predict")
         if train_data is not None:  # validates the split arguments now, before any work
             plan_splits(len(self._given["train"]), val_split=val_split, test_split=test_split, seed=seed)
+        shuffle = self._stream is None if shuffle is None else shuffle
         self.train_config = DataLoaderConfig(
             batch_size=batch_size, shuffle=shuffle, num_workers=num_workers, pin_memory=pin_memory,
             prefetch_factor=prefetch_factor, persistent_workers=persistent_workers, seed=seed, drop_last=drop_last,
@@ -140,10 +158,13 @@ class UniversalDataModule(lightning.LightningDataModule):
             return
         check_trainer_keeps_our_samplers(self.trainer)
         self.rank, self.world_size = resolve_world(self.trainer)
-        if "train" in self._given:
-            self._fingerprint = data_fingerprint(self._given["train"])
         sources = {role: prepare_source(src, self.task_spec, self.tokenizer) for role, src in self._given.items()}
-        if "train" in sources:
+        if self._stream is not None:
+            self._fingerprint = stream_fingerprint(self._stream)
+            sources["train"] = EpochStream(prepare_stream(self._stream, self.task_spec, self.tokenizer),
+                                           rank=self.rank, world_size=self.world_size)
+        elif "train" in sources:
+            self._fingerprint = data_fingerprint(self._given["train"])
             train = sources["train"]
             self.split_plan = plan_splits(len(train), val_split=self.val_split, test_split=self.test_split,
                                           seed=self.seed)
@@ -156,11 +177,11 @@ class UniversalDataModule(lightning.LightningDataModule):
         self.datasets = sources
 
     @property
-    def split_sizes(self) -> dict[str, int]:
-        """Rows per split after setup (0 for a split that is absent)."""
+    def split_sizes(self) -> dict[str, int | None]:
+        """Rows per split after setup (0 for a split that is absent, None for a stream of unknown length)."""
         self.setup()
-        return {role: len(self.datasets[role]) if role in self.datasets else 0
-                for role in ("train", "val", "test", "predict")}
+        return {role: (len(self.datasets[role]) if hasattr(self.datasets[role], "__len__") else None)
+                if role in self.datasets else 0 for role in ("train", "val", "test", "predict")}
 
     # -- loaders -------------------------------------------------------------------------------------
 
@@ -221,9 +242,15 @@ class UniversalDataModule(lightning.LightningDataModule):
             "data_fingerprint": self._fingerprint,
             "split_fingerprint": self.split_plan.fingerprint if self.split_plan else None,
             "world_size": self.world_size,
-            "epoch": loader.batch_sampler.epoch if loader is not None else 0,
+            "epoch": self._epoch_of(loader),
             "train_loader": loader.state_dict() if loader is not None else self._pending_loader_state,
         }
+
+    @staticmethod
+    def _epoch_of(loader: StatefulDataLoader | None) -> int:
+        if loader is None:
+            return 0
+        return loader.dataset.epoch if isinstance(loader.dataset, EpochStream) else loader.batch_sampler.epoch
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Continue from ``state_dict``: the next training batch is the one after the last saved one.
@@ -233,12 +260,14 @@ class UniversalDataModule(lightning.LightningDataModule):
         """
         self.setup()
         check_compatible(state_dict, self.state_dict())
-        if self._train_loader is not None:
+        if self._stream is not None and state_dict.get("train_loader"):
+            check_resumable(self._stream)
+        if self._train_loader is not None and hasattr(self._train_loader.batch_sampler, "retire"):
             self._train_loader.batch_sampler.retire(
                 "UniversalDataModule.load_state_dict() replaced this train loader; call dm.train_dataloader() "
                 "again and iterate the new loader to continue from the loaded state"
             )
-            self._train_loader = None
+        self._train_loader = None
         self._pending_loader_state = state_dict.get("train_loader")
 
     # -- notebook summary ----------------------------------------------------------------------------

@@ -48,7 +48,8 @@ def tokenize_dataset(dataset: Any, spec: TaskSpec, tokenizer: Any) -> Any:
         spec.max_seq_len,
         spec.additional_config.get("max_target_len"),
     )
-    return dataset.map(function, batched=True, remove_columns=consumed, desc=f"Tokenizing {text_field!r}")
+    progress = {"desc": f"Tokenizing {text_field!r}"} if hasattr(dataset, "cache_files") else {}  # not streams
+    return dataset.map(function, batched=True, remove_columns=consumed, **progress)
 
 
 def prepare_source(source: MapSource, spec: TaskSpec | None, tokenizer: Any) -> MapSource:
@@ -62,3 +63,16 @@ def prepare_source(source: MapSource, spec: TaskSpec | None, tokenizer: Any) -> 
         columns = [c for c in (*spec.input_fields, spec.target_field) if c in source.column_names]
         return HFSource(source.dataset.with_format("torch", columns=columns, output_all_columns=True))
     return source
+
+
+def prepare_stream(stream: Any, spec: TaskSpec | None, tokenizer: Any) -> Any:
+    """The streaming twin of :func:`prepare_source`: tokenization and tensor formatting happen lazily."""
+    if spec is None:
+        return stream
+    columns = stream.column_names or list(next(iter(stream)))
+    text_field, _ = text_fields(spec)
+    if spec.modality in ("text", "multimodal") and spec.input_fields[0] not in columns and text_field in columns:
+        return tokenize_dataset(stream, spec, tokenizer)
+    if spec.modality in ("vision", "audio"):
+        return stream.with_format("torch")
+    return stream

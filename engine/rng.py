@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -46,3 +47,30 @@ def seed_worker(worker_id: int) -> None:
     worker_seed = torch.initial_seed() & 0xFFFFFFFF
     random.seed(worker_seed)
     np.random.seed(worker_seed)
+
+
+def hash_into(digest: Any, value: Any) -> None:
+    """Feed ``value`` (tensors, arrays, mappings, sequences, scalars) into a hashlib ``digest``."""
+    if isinstance(value, torch.Tensor):
+        digest.update(f"{value.dtype}{tuple(value.shape)}".encode())
+        digest.update(value.detach().cpu().contiguous().numpy().tobytes())
+    elif isinstance(value, np.ndarray):
+        digest.update(f"{value.dtype}{value.shape}".encode())
+        digest.update(np.ascontiguousarray(value).tobytes())
+    elif isinstance(value, Mapping):
+        for key in sorted(value, key=str):
+            digest.update(repr(key).encode())
+            hash_into(digest, value[key])
+    elif isinstance(value, (list, tuple)):
+        digest.update(f"{type(value).__name__}{len(value)}".encode())
+        for item in value:
+            hash_into(digest, item)
+    else:
+        digest.update(repr(value).encode())
+
+
+def content_seed(seed: int, rows: Any) -> int:
+    """The seed of a batch that has no indices (rows from a stream): a function of the seed and the rows."""
+    digest = hashlib.blake2b(str(seed).encode(), digest_size=8)
+    hash_into(digest, rows)
+    return int.from_bytes(digest.digest(), "little") & _MASK63

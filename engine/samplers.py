@@ -50,6 +50,7 @@ class EpochBatchSampler(Sampler[list[int]]):
         self.seed = seed
         self._epoch = 0
         self._fresh = True  # the next iteration uses self._epoch as is; otherwise it advances first
+        self._pinned: int | None = None  # the epoch set_epoch() asked for, until an iteration starts
         self._position = 0
         self._resume_position = 0
         self._cache: tuple[int, list[list[int]]] | None = None
@@ -76,7 +77,7 @@ class EpochBatchSampler(Sampler[list[int]]):
             raise ValueError(f"epoch should be an int >= 0, but got epoch={epoch!r}")
         if epoch != self._epoch:
             self._resume_position = 0
-        self._epoch = epoch
+        self._epoch = self._pinned = epoch
         self._fresh = True
 
     def __len__(self) -> int:
@@ -87,7 +88,7 @@ class EpochBatchSampler(Sampler[list[int]]):
         # An iteration abandoned part-way still counts as an epoch, so the next one gets a new order.
         if not self._fresh:
             self._epoch += 1
-        self._fresh = False
+        self._fresh, self._pinned = False, None
         epoch, start = self._epoch, self._resume_position
         self._resume_position = 0
         batches = self._batches(epoch)
@@ -118,8 +119,15 @@ class EpochBatchSampler(Sampler[list[int]]):
                 f"sampler state was saved with seed={state['seed']}, but this sampler has seed={self.seed}; "
                 f"resuming would visit a different order. Build the loader with seed={state['seed']}"
             )
-        self._epoch = int(state["epoch"])
-        self._resume_position = int(state["position"])
+        self._epoch, self._resume_position = int(state["epoch"]), int(state["position"])
+        if self._pinned is not None and self._pinned > self._epoch:
+            # torchdata applies a loaded state lazily, at iter(): a later epoch pinned before that wins.
+            self._epoch, self._resume_position = self._pinned, 0
+        elif self._pinned is None and self._resume_position >= len(self._batches(self._epoch)):
+            # Saved after the epoch's last batch was handed out (worker snapshots are taken then, before the
+            # epoch completes) and no caller pinned an epoch: go on with the next epoch, not an empty pass.
+            # A caller that pinned this very epoch (a multi-loader finishing a child's pass) gets the empty rest.
+            self._epoch, self._resume_position = self._epoch + 1, 0
         self._position = self._resume_position
         self._fresh = True
 

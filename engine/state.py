@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-import torch
 
+from engine.rng import hash_into
 from engine.sources import MapSource
 
 STATE_VERSION = 2
@@ -27,27 +27,8 @@ def data_fingerprint(source: MapSource) -> str:
     digest.update(count.to_bytes(8, "little"))
     positions = sorted({int(p) for p in np.linspace(0, count - 1, num=min(count, SAMPLED_ROWS))}) if count else []
     for position in positions:
-        _hash_value(digest, source[position])
+        hash_into(digest, source[position])
     return digest.hexdigest()
-
-
-def _hash_value(digest: Any, value: Any) -> None:
-    if isinstance(value, torch.Tensor):
-        digest.update(f"{value.dtype}{tuple(value.shape)}".encode())
-        digest.update(value.detach().cpu().contiguous().numpy().tobytes())
-    elif isinstance(value, np.ndarray):
-        digest.update(f"{value.dtype}{value.shape}".encode())
-        digest.update(np.ascontiguousarray(value).tobytes())
-    elif isinstance(value, Mapping):
-        for key in sorted(value, key=str):
-            digest.update(repr(key).encode())
-            _hash_value(digest, value[key])
-    elif isinstance(value, (list, tuple)):
-        digest.update(f"{type(value).__name__}{len(value)}".encode())
-        for item in value:
-            _hash_value(digest, item)
-    else:
-        digest.update(repr(value).encode())
 
 
 def check_compatible(saved: Mapping[str, Any], current: Mapping[str, Any]) -> None:

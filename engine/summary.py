@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import itertools
 from typing import Any
 
 import torch
@@ -14,7 +15,8 @@ def summary_rows(dm: Any) -> list[tuple[str, str]]:
     task = f"{spec.name} ({spec.modality}, {spec.task_type})" if spec is not None else "none (default collator)"
     rows = [("task", task)]
     if dm.datasets:
-        sizes = ", ".join(f"{role}={len(source)}" for role, source in dm.datasets.items())
+        sizes = ", ".join(f"{role}={'stream' if size is None else size}"
+                          for role, size in dm.split_sizes.items() if size != 0)
         rows.append(("splits", f"{sizes} (seed={dm.seed})"))
     else:
         sizes = ", ".join(f"{role}={len(source)}" for role, source in dm._given.items())
@@ -36,7 +38,10 @@ def batch_shapes(dm: Any) -> dict[str, str]:
     source = dm.datasets.get("train")
     if source is None:
         return {}
-    rows = source.__getitems__(list(range(min(dm.train_config.batch_size, len(source)))))
+    if not hasattr(source, "__getitems__"):  # a stream: its first rows
+        rows = list(itertools.islice(iter(source.stream), dm.train_config.batch_size))
+    else:
+        rows = source.__getitems__(list(range(min(dm.train_config.batch_size, len(source)))))
     batch = dm.collator(rows)
     items = batch.items() if isinstance(batch, dict) else enumerate(batch if isinstance(batch, (list, tuple))
                                                                      else [batch])

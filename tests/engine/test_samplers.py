@@ -3,6 +3,12 @@ import pytest
 from engine import SeededBatchSampler
 
 
+def _epoch(epoch, rows=12, batch=4, seed=0):
+    sampler = SeededBatchSampler(rows, batch, shuffle=True, seed=seed)
+    sampler.set_epoch(epoch)
+    return epoch_batches(sampler)
+
+
 def epoch_batches(sampler):
     return [list(batch) for batch in sampler]
 
@@ -79,6 +85,26 @@ class TestState:
         resumed = SeededBatchSampler(12, 4, shuffle=True, seed=0)
         resumed.load_state_dict(state)
         assert state["epoch"] == 1 and epoch_batches(resumed) == expected
+
+    def test_state_saved_after_the_last_batch_was_handed_out(self):
+        # Worker-mode snapshots are taken when the last index is dispatched, before the epoch completes.
+        sampler = SeededBatchSampler(12, 4, shuffle=True, seed=0)
+        iterator = iter(sampler)
+        for _ in range(3):
+            next(iterator)
+        state = sampler.state_dict()
+        assert state == {"seed": 0, "epoch": 0, "position": 3}
+        plain = SeededBatchSampler(12, 4, shuffle=True, seed=0)
+        plain.load_state_dict(state)
+        assert epoch_batches(plain) == _epoch(1)  # epoch 0 was done: no empty pass first
+        later = SeededBatchSampler(12, 4, shuffle=True, seed=0)
+        later.set_epoch(1)  # a later epoch pinned before the loader applies its state at iter()
+        later.load_state_dict(state)
+        assert epoch_batches(later) == _epoch(1)
+        same = SeededBatchSampler(12, 4, shuffle=True, seed=0)
+        same.set_epoch(0)  # the caller asks for the rest of epoch 0 itself (e.g. a multi-loader's child pass)
+        same.load_state_dict(state)
+        assert epoch_batches(same) == [] and epoch_batches(same) == _epoch(1)
 
     def test_state_from_another_seed_is_refused(self):
         with pytest.raises(ValueError, match="saved with seed=1, but this sampler has seed=2"):

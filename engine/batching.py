@@ -1,0 +1,313 @@
+"""Length-aware batch samplers: rows of similar length share a batch, so little of each batch is padding.
+
+Both samplers are :class:`engine.samplers.EpochBatchSampler` subclasses, so an epoch is a pure function of
+(seed, epoch, rank), resume is exact and each batch carries its ``rng_seed``. Every epoch shuffles the rows,
+cuts them into mega-batches, sorts each mega-batch by length, packs it into batches and shuffles the batches:
+batch contents are near-uniform in length, the order of batches is still random epoch to epoch.
+Lengths are read once from the source with :func:`lengths_of` (Arrow list offsets for Hugging Face data).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from engine.rng import derive_seed
+from engine.samplers import UNEVEN_POLICIES, EpochBatchSampler
+from engine.sources import HFSource, MapSource, TensorListSource, as_source
+
+OVERSIZED_POLICIES = ("error", "alone")
+
+
+def lengths_of(source: Any, key: str | None = None) -> np.ndarray:
+    """The length of every row's ``key`` field as a 1-D int64 array, read as cheaply as the source allows.
+
+    Hugging Face data: ``pyarrow.compute.list_value_length`` on the column (offsets only, no token copy).
+    :class:`TensorListSource`: from its shapes (dim 0). Other sources: ``len(row[key])`` row by row.
+
+    Raises:
+        KeyError: ``key`` is not a column / row key.
+        TypeError: the field has no length (e.g. raw text, a scalar).
+    """
+    source = as_source(source)
+    if isinstance(source, HFSource):
+        return _hf_lengths(source.dataset, key)
+    if isinstance(source, TensorListSource):
+        if key is not None and source.key is not None and key != source.key:
+            raise KeyError(f"the tensor list's rows hold the key {source.key!r}, but key={key!r} was asked for")
+        lengths = source.shapes[:, 0].numpy() if source.shapes.shape[1] else np.ones(len(source.shapes), np.int64)
+        return lengths.astype(np.int64)[source.positions] if source.positions is not None else lengths.copy()
+    return _row_lengths(source, key)
+
+
+def _hf_lengths(dataset: Any, key: str | None) -> np.ndarray:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if key is None or key not in dataset.column_names:
+        raise KeyError(f"lengths need a list column of the dataset, but got key={key!r}; "
+                       f"columns are {dataset.column_names}")
+    column = dataset.data.table.column(key)  # the full table: a select() view maps through its indices below
+    if not (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)
+            or pa.types.is_fixed_size_list(column.type)):
+        raise TypeError(f"column {key!r} is {column.type}, which has no per-row length; tokenize the text first "
+                        f"(the module does this at setup) or name a list column such as 'input_ids'")
+    lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False).astype(np.int64)
+    indices = getattr(dataset, "_indices", None)  # datasets keeps select()/shuffle() as an index mapping
+    if indices is not None:
+        lengths = lengths[indices.column(0).to_numpy(zero_copy_only=False)]
+    return lengths
+
+
+def _row_lengths(source: MapSource, key: str | None, chunk: int = 1024) -> np.ndarray:
+    lengths = np.empty(len(source), dtype=np.int64)
+    for start in range(0, len(source), chunk):
+        rows = source.__getitems__(list(range(start, min(start + chunk, len(source)))))
+        for offset, row in enumerate(rows):
+            index = start + offset
+            if key is not None:
+                if not hasattr(row, "keys") or key not in row:
+                    found = sorted(row) if hasattr(row, "keys") else type(row).__name__
+                    raise KeyError(f"row {index} has no {key!r} to measure (found {found}); pass the key of the "
+                                   f"token field, or give lengths=... to the sampler directly")
+                row = row[key]
+            try:
+                lengths[index] = len(row)
+            except TypeError:
+                raise TypeError(f"row {index}: {key or 'the row'!r} is a {type(row).__name__}, which has no "
+                                f"length; length-aware batching needs sequences (token ids)") from None
+    return lengths
+
+
+def _check_positive(**values: Any) -> None:
+    for name, value in values.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} should be an int >= 1, but got {name}={value!r}")
+
+
+def _as_lengths(lengths: Any) -> np.ndarray:
+    array = np.asarray(lengths.numpy() if isinstance(lengths, torch.Tensor) else lengths)
+    if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer):
+        raise ValueError(f"lengths should be a 1-D array of ints, but got shape {array.shape} of {array.dtype}")
+    if array.size and array.min() < 0:
+        raise ValueError(f"lengths should be >= 0, but row {int(array.argmin())} has length {int(array.min())}")
+    return array.astype(np.int64)
+
+
+class _LengthAware(EpochBatchSampler):
+    """Shared parts: the epoch's permutation, mega-batch sorting, batch shuffling and a data fingerprint."""
+
+    def __init__(self, lengths: Any, *, seed: int, mega_batch_factor: int, num_replicas: int, rank: int,
+                 uneven: str) -> None:
+        _check_positive(num_replicas=num_replicas, mega_batch_factor=mega_batch_factor)
+        if not isinstance(rank, int) or not 0 <= rank < num_replicas:
+            raise ValueError(f"rank should be in [0, num_replicas={num_replicas}), but got rank={rank!r}")
+        if uneven not in UNEVEN_POLICIES:
+            raise ValueError(f"uneven should be one of {UNEVEN_POLICIES}, but got uneven={uneven!r}")
+        super().__init__(seed=seed)
+        self.lengths, self.mega_batch_factor = _as_lengths(lengths), mega_batch_factor
+        self.num_replicas, self.rank, self.uneven = num_replicas, rank, uneven
+
+    def _permutation(self, epoch: int) -> np.ndarray:
+        return np.random.default_rng(derive_seed(self.seed, "length-aware", epoch)).permutation(len(self.lengths))
+
+    def _sorted_chunks(self, order: np.ndarray, rows: int) -> list[np.ndarray]:
+        """``order`` cut into mega-batches of ``rows``, each sorted by length, longest first (stable)."""
+        chunks = []
+        for start in range(0, len(order), rows):
+            chunk = order[start : start + rows]
+            chunks.append(chunk[np.argsort(-self.lengths[chunk], kind="stable")])
+        return chunks
+
+    def _shuffled(self, batches: list[list[int]], epoch: int, rank: int) -> list[list[int]]:
+        rng = np.random.default_rng(derive_seed(self.seed, "batch-order", epoch, rank))
+        return [batches[i] for i in rng.permutation(len(batches))]
+
+    def _fingerprint(self) -> str:
+        """Hash of the lengths and options, computed once, so ``state_dict`` stays microseconds per step."""
+        if getattr(self, "_digest", None) is None:
+            digest = hashlib.blake2b(self.lengths.tobytes(), digest_size=8)
+            digest.update(repr(self._options()).encode())
+            self._digest = digest.hexdigest()
+        return self._digest
+
+    def _options(self) -> tuple[Any, ...]:
+        return (type(self).__name__, self.mega_batch_factor, self.num_replicas, self.rank, self.uneven)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "fingerprint": self._fingerprint()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "fingerprint" in state and state["fingerprint"] != self._fingerprint():
+            raise ValueError(
+                f"sampler state was saved from other lengths or options ({state['fingerprint']} != "
+                f"{self._fingerprint()}); resuming would visit other batches. Resume with the same data, "
+                f"{type(self).__name__} options, num_replicas and rank"
+            )
+        super().load_state_dict(state)
+
+
+class LengthGroupedBatchSampler(_LengthAware):
+    """Batches of ``batch_size`` rows of similar length, in a shuffled order that changes every epoch.
+
+    Args:
+        lengths: Length of every row (1-D ints), e.g. from :func:`lengths_of`.
+        batch_size: Rows per batch.
+        seed: Seed of the shuffles; the epoch's batches are a function of (seed, epoch, rank).
+        mega_batch_factor: Rows are sorted within windows of ``mega_batch_factor * batch_size`` shuffled rows;
+            larger means less padding and less randomness of batch contents.
+        drop_last: Drop this rank's one incomplete batch.
+        num_replicas, rank: Ranks sharing the data; the rows are dealt out before grouping.
+        uneven: When rows don't divide evenly among ranks, ``pad`` repeats rows from the start of the epoch's
+            order, ``drop`` leaves the tail out; either way every rank gets the same number of batches.
+
+    Example:
+        >>> sampler = LengthGroupedBatchSampler([5, 50, 6, 49, 7, 48], batch_size=2, seed=0)
+        >>> sorted(sorted([5, 50, 6, 49, 7, 48][i] for i in batch) for batch in sampler)
+        [[5, 6], [7, 48], [49, 50]]
+    """
+
+    def __init__(self, lengths: Any, batch_size: int, *, seed: int = 0, mega_batch_factor: int = 50,
+                 drop_last: bool = False, num_replicas: int = 1, rank: int = 0, uneven: str = "pad") -> None:
+        _check_positive(batch_size=batch_size)
+        super().__init__(lengths, seed=seed, mega_batch_factor=mega_batch_factor, num_replicas=num_replicas,
+                         rank=rank, uneven=uneven)
+        self.batch_size, self.drop_last = batch_size, drop_last
+
+    def _options(self) -> tuple[Any, ...]:
+        return (*super()._options(), self.batch_size, self.drop_last)
+
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        order, replicas = self._permutation(epoch), self.num_replicas
+        if replicas > 1:  # same rule as SeededBatchSampler: equal row counts, so equal batch counts
+            if self.uneven == "pad" and len(order):
+                order = np.resize(order, math.ceil(len(order) / replicas) * replicas)
+            else:
+                order = order[: len(order) - len(order) % replicas]
+            order = order[self.rank :: replicas]
+        size = self.batch_size
+        batches = [chunk[start : start + size].tolist()
+                   for chunk in self._sorted_chunks(order, size * self.mega_batch_factor)
+                   for start in range(0, len(chunk), size)]
+        if self.drop_last and batches and len(batches[-1]) < size:
+            batches.pop()  # only the last mega-batch can end short, since mega-batches hold whole batches
+        return self._shuffled(batches, epoch, self.rank)
+
+
+class TokenBudgetBatchSampler(_LengthAware):
+    """Batches whose padded size (rows x longest row) stays within ``max_tokens``, shuffled every epoch.
+
+    Rows are dealt out to ranks, then each rank packs its rows; since batch counts then differ, every rank
+    computes all ranks' counts from the same (seed, epoch) (no communication) and ``uneven='pad'`` repeats
+    whole batches from the start of its own order up to the largest count, ``'drop'`` drops its last
+    batches down to the smallest.
+
+    Args:
+        lengths: Length of every row (1-D ints), e.g. from :func:`lengths_of`.
+        max_tokens: Most padded tokens per batch, ``len(batch) * max(lengths in batch)``.
+        seed: Seed of the shuffles.
+        mega_batch_factor: Rows are sorted within windows of ``mega_batch_factor`` typical batches
+            (``max_tokens // mean length`` rows each).
+        max_batch_size: Most rows per batch (None: no limit beyond the budget).
+        pad_to_multiple_of: Count lengths rounded up to this multiple, as the collator will pad them.
+        oversized: A row longer than ``max_tokens``: ``'error'`` raises at construction naming it, ``'alone'``
+            gives it a batch of its own (the only batches allowed over budget).
+        num_replicas, rank, uneven: As above.
+    """
+
+    def __init__(self, lengths: Any, max_tokens: int, *, seed: int = 0, mega_batch_factor: int = 50,
+                 max_batch_size: int | None = None, pad_to_multiple_of: int = 1, oversized: str = "error",
+                 num_replicas: int = 1, rank: int = 0, uneven: str = "pad") -> None:
+        _check_positive(max_tokens=max_tokens, pad_to_multiple_of=pad_to_multiple_of)
+        if max_batch_size is not None:
+            _check_positive(max_batch_size=max_batch_size)
+        if oversized not in OVERSIZED_POLICIES:
+            raise ValueError(f"oversized should be one of {OVERSIZED_POLICIES}, but got oversized={oversized!r}")
+        super().__init__(lengths, seed=seed, mega_batch_factor=mega_batch_factor, num_replicas=num_replicas,
+                         rank=rank, uneven=uneven)
+        self.max_tokens, self.max_batch_size, self.oversized = max_tokens, max_batch_size, oversized
+        self.pad_to_multiple_of = multiple = pad_to_multiple_of
+        self.costs = np.maximum(-(-self.lengths // multiple) * multiple, 1)  # an empty row still takes a slot
+        over = np.flatnonzero(self.costs > max_tokens)
+        if len(over) and oversized == "error":
+            raise ValueError(
+                f"{len(over)} row(s) are longer than max_tokens={max_tokens}: row {int(over[0])} has "
+                f"{int(self.lengths[over[0]])} tokens (longest: {int(self.lengths.max())}); raise max_tokens, "
+                f"truncate (spec.max_seq_len), or pass oversized='alone' to give each such row a batch of its own"
+            )
+        typical = max(1, max_tokens // max(1, int(self.costs.mean()))) if len(self.costs) else 1
+        self.mega_batch_rows = mega_batch_factor * min(typical, max_batch_size or typical)
+
+    def _options(self) -> tuple[Any, ...]:
+        return (*super()._options(), self.max_tokens, self.max_batch_size, self.pad_to_multiple_of, self.oversized)
+
+    def _pack(self, rows: np.ndarray) -> list[list[int]]:
+        """Greedy packing of each sorted mega-batch: longest first, so a batch's first row sets its width."""
+        batches, cap = [], self.max_batch_size or len(self.lengths) or 1
+        for chunk in self._sorted_chunks(rows, self.mega_batch_rows):
+            costs, start = self.costs[chunk], 0
+            while start < len(chunk):
+                count = min(max(1, self.max_tokens // int(costs[start])), cap)
+                batches.append(chunk[start : start + count].tolist())
+                start += count
+        return batches
+
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        order = self._permutation(epoch)
+        per_rank = [self._pack(order[r :: self.num_replicas]) for r in range(self.num_replicas)]
+        mine = self._shuffled(per_rank[self.rank], epoch, self.rank)
+        if self.num_replicas == 1:
+            return mine
+        counts = [len(batches) for batches in per_rank]
+        if self.uneven == "drop":
+            return mine[: min(counts)]
+        if not max(counts):
+            return []
+        pool = mine or next(b for b in per_rank if b)  # a rank with no rows (fewer rows than ranks) borrows
+        return mine + [pool[i % len(pool)] for i in range(max(counts) - len(mine))]
+
+
+BATCHING_MODES = ("plain", "grouped", "token_budget")
+
+
+def resolve_batching(spec: Any, batching: str | None, max_tokens: int | None,
+                     shuffle: bool = True) -> tuple[str, int | None, str]:
+    """``(batching, max_tokens, reason)``: the arguments, else ``spec.preprocessing_config``, else 'plain'."""
+    config = dict(getattr(spec, "preprocessing_config", None) or {})
+    if batching is not None:
+        reason = "batching= was given"
+    elif "batching" in config:
+        batching, reason = config["batching"], "spec.preprocessing_config['batching']"
+    else:
+        batching, reason = "plain", "the default"
+    if batching not in BATCHING_MODES:
+        raise ValueError(f"batching should be one of {BATCHING_MODES}, but got batching={batching!r} ({reason})")
+    if batching != "plain" and not shuffle:
+        raise ValueError(f"batching={batching!r} ({reason}) shuffles batches every epoch, but shuffle=False; pass "
+                         f"shuffle=True, or batching='plain' for a fixed order")
+    if batching != "token_budget":
+        if max_tokens is not None:
+            raise ValueError(f"max_tokens={max_tokens!r} applies only to batching='token_budget', but batching="
+                             f"{batching!r}; drop max_tokens or pass batching='token_budget'")
+        return batching, None, reason
+    max_tokens = max_tokens if max_tokens is not None else config.get("max_tokens")
+    if max_tokens is None:
+        raise ValueError("batching='token_budget' needs max_tokens=... (or spec.preprocessing_config['max_tokens'])")
+    _check_positive(max_tokens=max_tokens)
+    return batching, max_tokens, reason
+
+
+def batch_sampler_for(source: Any, *, batching: str, batch_size: int, seed: int, key: str | None = None,
+                      max_tokens: int | None = None, drop_last: bool = False, num_replicas: int = 1, rank: int = 0,
+                      uneven: str = "pad") -> EpochBatchSampler | None:
+    """The training batch sampler for a resolved ``batching`` mode; None for 'plain' (the factory's own)."""
+    if batching == "plain":
+        return None
+    lengths, ranks = lengths_of(source, key), {"num_replicas": num_replicas, "rank": rank, "uneven": uneven}
+    if batching == "grouped":
+        return LengthGroupedBatchSampler(lengths, batch_size, seed=seed, drop_last=drop_last, **ranks)
+    return TokenBudgetBatchSampler(lengths, int(max_tokens), seed=seed, **ranks)

@@ -1,0 +1,211 @@
+"""A data-path monitor: throughput, padding, time spent waiting for data, and memory of the process and workers.
+
+Use it around any loader (``for batch in monitor.wrap(loader)``) or as a Lightning callback
+(:class:`DataMonitorCallback`). Waiting time is the time spent inside ``next()`` on the loader: the part of a
+training step lost to data. Memory is the resident set size (psutil) of this process and of its child
+processes, which are the loader's workers (and any other children the process started).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import lightning
+import psutil
+import torch
+
+MB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class MonitorStats:
+    """What the monitor measured since it started (or was reset)."""
+
+    batches: int
+    samples: int
+    tokens: int
+    """Real tokens: ``attention_mask`` sum, else ``input_ids`` element count; 0 for batches without either."""
+    elapsed_s: float
+    wait_s: float
+    """Time spent inside ``next()`` on the loader."""
+    batches_per_s: float
+    samples_per_s: float
+    tokens_per_s: float
+    wait_share: float
+    """``wait_s / elapsed_s``: 0 means data was always ready, 1 means the loop only waited."""
+    padding_share: float | None
+    """``1 - mean(attention_mask)`` over all batches; None when no batch had a mask."""
+    rss_mb: float
+    """Resident memory of this process, at the last sample."""
+    worker_rss_mb: float
+    """Resident memory of the child processes (loader workers), summed, at the last sample."""
+    peak_rss_mb: float
+    """Largest process + children total seen."""
+
+    def as_dict(self) -> dict[str, float]:
+        """The stats as numbers (``padding_share`` left out when unknown), ready for a logger."""
+        return {key: float(value) for key, value in asdict(self).items() if value is not None}
+
+    def __str__(self) -> str:
+        padding = "n/a" if self.padding_share is None else f"{self.padding_share:.1%}"
+        return (f"{self.batches} batches in {self.elapsed_s:.2f}s: {self.batches_per_s:.1f} batches/s, "
+                f"{self.samples_per_s:.1f} samples/s, {self.tokens_per_s:.0f} tokens/s; waited for data "
+                f"{self.wait_s:.2f}s ({self.wait_share:.0%}); padding {padding}; RSS {self.rss_mb:.0f} MB + "
+                f"workers {self.worker_rss_mb:.0f} MB (peak {self.peak_rss_mb:.0f} MB)")
+
+
+def batch_counts(batch: Any) -> tuple[int, int, int, int]:
+    """``(samples, tokens, mask ones, mask positions)`` of one batch (a dict, a sequence or a tensor)."""
+    if isinstance(batch, Mapping):
+        mask, ids = batch.get("attention_mask"), batch.get("input_ids")
+        tensors = [v for v in batch.values() if isinstance(v, torch.Tensor) and v.dim() > 0]
+    else:
+        mask = ids = None
+        items = batch if isinstance(batch, (list, tuple)) else [batch]
+        tensors = [v for v in items if isinstance(v, torch.Tensor) and v.dim() > 0]
+    samples = int(tensors[0].shape[0]) if tensors else 0
+    if isinstance(mask, torch.Tensor):
+        ones = int(mask.sum())
+        return samples, ones, ones, mask.numel()
+    tokens = ids.numel() if isinstance(ids, torch.Tensor) else 0
+    return samples, tokens, 0, 0
+
+
+class DataMonitor:
+    """Counts batches, samples and tokens, times the wait for data and samples memory every ``memory_every`` batches.
+
+    Example:
+        >>> import torch
+        >>> loader = [{"input_ids": torch.ones(4, 8, dtype=torch.long), "attention_mask": torch.ones(4, 8)}] * 3
+        >>> monitor = DataMonitor()
+        >>> for batch in monitor.wrap(loader):
+        ...     pass
+        >>> stats = monitor.stats()
+        >>> stats.batches, stats.samples, stats.tokens, stats.padding_share
+        (3, 12, 96, 0.0)
+    """
+
+    def __init__(self, *, memory_every: int = 50) -> None:
+        if not isinstance(memory_every, int) or memory_every < 1:
+            raise ValueError(f"memory_every should be an int >= 1, but got memory_every={memory_every!r}")
+        self.memory_every = memory_every
+        self._process = psutil.Process()
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything measured; the clock restarts now."""
+        self.batches = self.samples = self.tokens = self._mask_ones = self._mask_positions = 0
+        self.wait_s = 0.0
+        self.rss_mb = self.worker_rss_mb = self.peak_rss_mb = 0.0
+        self._start = time.perf_counter()
+        self._stop: float | None = None
+
+    def __enter__(self) -> DataMonitor:
+        self.reset()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop = time.perf_counter()
+        self.sample_memory()
+
+    def wrap(self, loader: Iterable[Any]) -> Iterator[Any]:
+        """Iterate ``loader``, timing each ``next()`` and recording each batch."""
+        iterator = iter(loader)
+        while True:
+            start = time.perf_counter()
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                self.wait_s += time.perf_counter() - start
+                return
+            self.record(batch, wait_s=time.perf_counter() - start)
+            yield batch
+
+    def record(self, batch: Any, wait_s: float = 0.0) -> None:
+        """Count one batch that took ``wait_s`` seconds to arrive."""
+        samples, tokens, ones, positions = batch_counts(batch)
+        self.batches += 1
+        self.samples += samples
+        self.tokens += tokens
+        self._mask_ones += ones
+        self._mask_positions += positions
+        self.wait_s += wait_s
+        if self.batches % self.memory_every == 1 or self.memory_every == 1:
+            self.sample_memory()
+
+    def sample_memory(self) -> None:
+        """Read the RSS of this process and of its children now."""
+        try:
+            children = self._process.children(recursive=True)
+            self.rss_mb = self._process.memory_info().rss / MB
+        except psutil.Error:  # the process table changed under us; keep the previous sample
+            return
+        worker = 0
+        for child in children:
+            try:
+                worker += child.memory_info().rss
+            except psutil.Error:  # a worker exited between listing and reading
+                continue
+        self.worker_rss_mb = worker / MB
+        self.peak_rss_mb = max(self.peak_rss_mb, self.rss_mb + self.worker_rss_mb)
+
+    def stats(self) -> MonitorStats:
+        """The totals and rates so far (memory sampled now unless the monitor was closed)."""
+        if self._stop is None:
+            self.sample_memory()
+        elapsed = max((self._stop or time.perf_counter()) - self._start, 1e-9)
+        padding = 1 - self._mask_ones / self._mask_positions if self._mask_positions else None
+        return MonitorStats(
+            batches=self.batches, samples=self.samples, tokens=self.tokens, elapsed_s=elapsed, wait_s=self.wait_s,
+            batches_per_s=self.batches / elapsed, samples_per_s=self.samples / elapsed,
+            tokens_per_s=self.tokens / elapsed, wait_share=min(self.wait_s / elapsed, 1.0), padding_share=padding,
+            rss_mb=self.rss_mb, worker_rss_mb=self.worker_rss_mb, peak_rss_mb=self.peak_rss_mb,
+        )
+
+
+class DataMonitorCallback(lightning.Callback):
+    """Logs the data-path metrics during ``fit`` as ``data/<name>`` through ``pl_module.log``.
+
+    The wait for a batch is the time from the end of the previous training batch (or the start of the epoch)
+    to ``on_train_batch_start``: Lightning fetches the next batch in that gap. Metrics cover the current epoch
+    and are logged every ``log_every_n_steps`` batches and at the end of each epoch; ``self.monitor`` holds them.
+
+    Args:
+        log_every_n_steps: Log every this many training batches.
+        memory_every: Sample memory every this many batches (psutil calls cost ~0.1 ms).
+        prefix: Prefix of the logged names.
+    """
+
+    def __init__(self, *, log_every_n_steps: int = 50, memory_every: int = 50, prefix: str = "data/") -> None:
+        if not isinstance(log_every_n_steps, int) or log_every_n_steps < 1:
+            raise ValueError(f"log_every_n_steps should be an int >= 1, but got {log_every_n_steps!r}")
+        self.log_every_n_steps, self.prefix = log_every_n_steps, prefix
+        self.monitor = DataMonitor(memory_every=memory_every)
+        self._last_end: float | None = None
+        self.last_logged: dict[str, float] = {}
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        self.monitor.reset()
+        self._last_end = time.perf_counter()
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        now = time.perf_counter()
+        self.monitor.record(batch, wait_s=now - self._last_end if self._last_end is not None else 0.0)
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self._last_end = time.perf_counter()
+        if self.monitor.batches % self.log_every_n_steps == 0:
+            self._log(pl_module, on_step=True)
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        if self.monitor.batches:
+            self._log(pl_module, on_step=False)
+
+    def _log(self, pl_module: Any, *, on_step: bool) -> None:
+        stats = self.monitor.stats().as_dict()
+        self.last_logged = {f"{self.prefix}{key}": value for key, value in stats.items()}
+        for name, value in self.last_logged.items():
+            pl_module.log(name, value, on_step=on_step, on_epoch=not on_step, batch_size=1)
