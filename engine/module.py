@@ -9,29 +9,27 @@ import lightning
 from torch.utils.data import BatchSampler, SequentialSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from engine.batching import batch_sampler_for, resolve_batching
 from engine.collate import build_collator
 from engine.config import DataLoaderConfig
+from engine.device import DeviceNormalize
 from engine.distributed import check_trainer_keeps_our_samplers, resolve_world
 from engine.factory import DataLoaderFactory
 from engine.inputs import check_inputs
+from engine.module_state import ResumableState
+from engine.options import check_data_arguments, check_stream_batching, device_normalize_kwargs
 from engine.preprocess import prepare_source, prepare_stream
 from engine.samplers import ShardedEvalBatchSampler
 from engine.sources import MapSource, TorchSource, as_source, is_hf_dataset_dict, unpack_dataset_dict
 from engine.splits import SplitPlan, plan_splits
-from engine.state import STATE_VERSION, check_compatible, data_fingerprint
-from engine.streams import (
-    EpochStream,
-    check_resumable,
-    check_stream_options,
-    is_hf_stream,
-    peek_rows,
-    stream_fingerprint,
-)
+from engine.state import data_fingerprint
+from engine.streams import EpochStream, check_stream_options, is_hf_stream, peek_rows, stream_fingerprint
 from engine.summary import render_html, render_text
+from engine.validation import validate_first_batch
 from task_spec import TaskSpec
 
 
-class UniversalDataModule(lightning.LightningDataModule):
+class UniversalDataModule(ResumableState, lightning.LightningDataModule):
     """A LightningDataModule that builds its collator from a TaskSpec and its loaders from a seed.
 
     Also usable without a Trainer: ``dm.train_dataloader()`` works in a plain loop (setup runs on demand),
@@ -55,6 +53,13 @@ class UniversalDataModule(lightning.LightningDataModule):
         collate_fn: Use this collate function instead of the registry's choice.
         collator_name: Ask the registry for this collator by name.
         collator_kwargs: Extra keyword arguments for the collator factory.
+        batching: 'plain', 'grouped' (rows of similar length share a batch) or 'token_budget' (at most
+            ``max_tokens`` padded tokens per batch); None reads ``spec.preprocessing_config['batching']``.
+        max_tokens: Padded-token budget per batch for 'token_budget' (else the spec's 'max_tokens').
+        device_normalize: Vision: keep images uint8 through the loader and normalize them on the device,
+            in ``on_after_batch_transfer`` (plain loops: ``dm.on_after_batch_transfer(batch_on_device, 0)``).
+        validate: At setup, check the first training batch against the spec (keys, dtypes, shapes, NaN/Inf,
+            label ranges, masks) and raise naming the key and the fix; the report is ``dm.validation_report``.
 
     Example:
         >>> import torch
@@ -89,33 +94,26 @@ class UniversalDataModule(lightning.LightningDataModule):
         collate_fn: Callable[..., Any] | None = None,
         collator_name: str | None = None,
         collator_kwargs: dict[str, Any] | None = None,
+        batching: str | None = None,
+        max_tokens: int | None = None,
+        device_normalize: bool = False,
+        validate: bool = False,
     ) -> None:
         super().__init__()
         if task_spec is not None and not isinstance(task_spec, TaskSpec):
             raise TypeError(f"task_spec should be a TaskSpec, but got {type(task_spec).__name__}: {task_spec!r}")
         if is_hf_dataset_dict(train_data):
             train_data, val_data, test_data = unpack_dataset_dict(train_data, val_data, test_data)
+        check_data_arguments(has_train=train_data is not None, has_predict=predict_data is not None,
+                             val_data=val_data, test_data=test_data, val_split=val_split, test_split=test_split,
+                             uneven=uneven)
         self._stream = train_data if is_hf_stream(train_data) else None
         if self._stream is not None:
             check_stream_options(val_split=val_split, test_split=test_split, shuffle=shuffle,
                                  num_workers=num_workers, persistent_workers=persistent_workers)
             train_data = None
-        elif train_data is None and predict_data is None:
-            raise ValueError("UniversalDataModule needs train_data (or predict_data for prediction only)")
-        if val_data is not None and val_split:
-            raise ValueError(
-                f"both val_data and val_split={val_split!r} were given; pass one: val_split cuts validation rows "
-                f"out of train_data, val_data supplies them"
-            )
-        if test_data is not None and test_split:
-            raise ValueError(f"both test_data and test_split={test_split!r} were given; pass one")
-        self.task_spec = task_spec
-        self.tokenizer = tokenizer
-        self.seed = seed
-        self.val_split, self.test_split = val_split, test_split
-        if uneven not in ("pad", "drop"):
-            raise ValueError(f"uneven should be 'pad' or 'drop', but got uneven={uneven!r}")
-        self.uneven = uneven
+        self.task_spec, self.tokenizer, self.seed = task_spec, tokenizer, seed
+        self.val_split, self.test_split, self.uneven, self.validate = val_split, test_split, uneven, validate
         self.rank, self.world_size = 0, 1
         key = task_spec.input_fields[0] if task_spec is not None else None
         self._given = {
@@ -139,10 +137,15 @@ class UniversalDataModule(lightning.LightningDataModule):
             batch_size=eval_batch_size or batch_size, shuffle=False, num_workers=num_workers, pin_memory=pin_memory,
             prefetch_factor=prefetch_factor, persistent_workers=persistent_workers, seed=seed,
         )
+        self.batching, self.max_tokens, self.batching_reason = resolve_batching(task_spec, batching, max_tokens,
+                                                                                self.train_config.shuffle)
+        check_stream_batching(self._stream is not None, self.batching)
         self.collator, self.collator_resolution = build_collator(
-            task_spec, tokenizer, collate_fn, collator_name, dict(collator_kwargs or {})
+            task_spec, tokenizer, collate_fn, collator_name,
+            device_normalize_kwargs(device_normalize, collate_fn, task_spec, collator_kwargs),
         )
         self.train_config.collate_fn = self.eval_config.collate_fn = self.collator
+        self.device_normalize = DeviceNormalize.from_collator(self.collator)  # also for collator_kwargs keep_uint8
         self.split_plan: SplitPlan | None = None
         self.datasets: dict[str, MapSource] = {}
         self._factory = DataLoaderFactory()
@@ -175,6 +178,11 @@ class UniversalDataModule(lightning.LightningDataModule):
                 if self.test_split:
                     sources["test"] = train.view(self.split_plan.test)
         self.datasets = sources
+        if self.validate and "train" in sources:  # a throwaway loader: the real one's state is untouched
+            probe = self._factory.create_dataloader(sources["train"], self.train_config, rank=self.rank,
+                                                    num_replicas=self.world_size, uneven=self.uneven)
+            self.validation_report = validate_first_batch(
+                probe, self.task_spec, pad_token_id=getattr(self.tokenizer, "pad_token_id", None))
 
     @property
     def split_sizes(self) -> dict[str, int | None]:
@@ -188,14 +196,24 @@ class UniversalDataModule(lightning.LightningDataModule):
     def train_dataloader(self) -> StatefulDataLoader:
         """The training loader; the same object on every call, so its sampler carries the epoch forward."""
         if self._train_loader is None:
+            train, key = self._split("train"), self.task_spec.input_fields[0] if self.task_spec else None
+            sampler = batch_sampler_for(
+                train, batching=self.batching, batch_size=self.train_config.batch_size, max_tokens=self.max_tokens,
+                key=key, seed=self.seed, drop_last=self.train_config.drop_last, num_replicas=self.world_size,
+                rank=self.rank, uneven=self.uneven,
+            )
             self._train_loader = self._factory.create_dataloader(
-                self._split("train"), self.train_config, rank=self.rank, num_replicas=self.world_size,
+                train, self.train_config, batch_sampler=sampler, rank=self.rank, num_replicas=self.world_size,
                 uneven=self.uneven,
             )
             if self._pending_loader_state is not None:
                 self._train_loader.load_state_dict(self._pending_loader_state)
                 self._pending_loader_state = None
         return self._train_loader
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Lightning hook, on the device: finish uint8 image batches (``device_normalize``); others unchanged."""
+        return self.device_normalize(batch) if self.device_normalize is not None else batch
 
     def val_dataloader(self) -> StatefulDataLoader | list[Any]:
         """The validation loader in storage order; ``[]`` when there is no validation data (Lightning skips it)."""
@@ -226,49 +244,6 @@ class UniversalDataModule(lightning.LightningDataModule):
         if role not in self.datasets:
             raise ValueError(f"there is no {role} data: pass {role}_data=... to UniversalDataModule")
         return self.datasets[role]
-
-    # -- state ---------------------------------------------------------------------------------------
-
-    def state_dict(self) -> dict[str, Any]:
-        """Seed, fingerprints of the data and split, and the train loader's position (torchdata state).
-
-        Saving costs microseconds at ``num_workers=0``: the fingerprints are computed once at setup.
-        """
-        self.setup()
-        loader = self._train_loader
-        return {
-            "version": STATE_VERSION,
-            "seed": self.seed,
-            "data_fingerprint": self._fingerprint,
-            "split_fingerprint": self.split_plan.fingerprint if self.split_plan else None,
-            "world_size": self.world_size,
-            "epoch": self._epoch_of(loader),
-            "train_loader": loader.state_dict() if loader is not None else self._pending_loader_state,
-        }
-
-    @staticmethod
-    def _epoch_of(loader: StatefulDataLoader | None) -> int:
-        if loader is None:
-            return 0
-        return loader.dataset.epoch if isinstance(loader.dataset, EpochStream) else loader.batch_sampler.epoch
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Continue from ``state_dict``: the next training batch is the one after the last saved one.
-
-        Raises if the state was saved from other data, seed, splits or number of ranks. A train loader
-        already handed out is replaced; iterators still running over it raise rather than yield stale rows.
-        """
-        self.setup()
-        check_compatible(state_dict, self.state_dict())
-        if self._stream is not None and state_dict.get("train_loader"):
-            check_resumable(self._stream)
-        if self._train_loader is not None and hasattr(self._train_loader.batch_sampler, "retire"):
-            self._train_loader.batch_sampler.retire(
-                "UniversalDataModule.load_state_dict() replaced this train loader; call dm.train_dataloader() "
-                "again and iterate the new loader to continue from the loaded state"
-            )
-        self._train_loader = None
-        self._pending_loader_state = state_dict.get("train_loader")
 
     # -- notebook summary ----------------------------------------------------------------------------
 

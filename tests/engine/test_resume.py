@@ -45,15 +45,16 @@ def run(dm, steps):
 
 
 class TestPlainLoop:
+    @pytest.mark.parametrize("batching", ["plain", "grouped"])
     @pytest.mark.parametrize("workers", [0, 2])
     @pytest.mark.parametrize("stop", [0, 1, 3, 5, 6, 9])
-    def test_resume_at_any_step_continues_exactly(self, workers, stop):
+    def test_resume_at_any_step_continues_exactly(self, workers, stop, batching):
         total = 12  # 5 batches per epoch: stops land mid-epoch, on the boundary and in the next epoch
-        reference = run(module(workers), total)
-        first = module(workers)
+        reference = run(module(workers, batching=batching), total)
+        first = module(workers, batching=batching)
         assert run(first, stop) == reference[:stop]
         state = pickle.loads(pickle.dumps(first.state_dict()))
-        resumed = module(workers)
+        resumed = module(workers, batching=batching)
         resumed.load_state_dict(state)
         assert run(resumed, total - stop) == reference[stop:]
 

@@ -1,0 +1,42 @@
+"""Checks of UniversalDataModule's arguments against each other, made before any data is touched."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from task_spec import TaskSpec
+
+
+def check_data_arguments(*, has_train: bool, has_predict: bool, val_data: Any, test_data: Any,
+                         val_split: float | int, test_split: float | int, uneven: str) -> None:
+    """Refuse arguments that contradict each other, naming both and the fix."""
+    if not has_train and not has_predict:
+        raise ValueError("UniversalDataModule needs train_data (or predict_data for prediction only)")
+    if val_data is not None and val_split:
+        raise ValueError(
+            f"both val_data and val_split={val_split!r} were given; pass one: val_split cuts validation rows "
+            f"out of train_data, val_data supplies them"
+        )
+    if test_data is not None and test_split:
+        raise ValueError(f"both test_data and test_split={test_split!r} were given; pass one")
+    if uneven not in ("pad", "drop"):
+        raise ValueError(f"uneven should be 'pad' or 'drop', but got uneven={uneven!r}")
+
+
+def device_normalize_kwargs(device_normalize: bool, collate_fn: Any, task_spec: TaskSpec | None,
+                            collator_kwargs: dict[str, Any] | None) -> dict[str, Any]:
+    """The collator options with ``keep_uint8=True`` when images are to be normalized on the device."""
+    kwargs = dict(collator_kwargs or {})
+    if device_normalize:
+        if collate_fn is not None or task_spec is None or task_spec.modality != "vision":
+            raise ValueError("device_normalize=True keeps images uint8 in the registry's vision collator, so it "
+                             "needs a vision task_spec and no collate_fn (a collate_fn that returns uint8 "
+                             "can be finished with engine.device.DeviceNormalize)")
+        kwargs["keep_uint8"] = True
+    return kwargs
+
+
+def check_stream_batching(is_stream: bool, batching: str) -> None:
+    if is_stream and batching != "plain":
+        raise ValueError(f"batching={batching!r} needs every row's length up front, which a stream "
+                         f"(datasets.IterableDataset) does not have; use batching='plain' or a map-style Dataset")
