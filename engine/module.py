@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import lightning
@@ -37,7 +37,8 @@ class UniversalDataModule(ResumableState, lightning.LightningDataModule):
 
     Args:
         train_data: A ``datasets.Dataset`` or ``DatasetDict`` (splits ``train``/``validation``/``test``), a
-            map-style torch ``Dataset``, or a list of tensors (stored as one flat buffer).
+            ``datasets.IterableDataset`` (a stream), a map-style torch ``Dataset``, or a list of tensors (stored as
+            one flat buffer). A dict ``{name: data}`` builds an :class:`engine.multi_module.MultiDataModule`.
         task_spec: What the task is; picks the collator through the registry. None uses the default collator.
         tokenizer: Tokenizer for raw text (tokenized once at setup) and for pad/mask ids.
         val_data, test_data, predict_data: Optional separate datasets of the same kinds.
@@ -69,6 +70,13 @@ class UniversalDataModule(ResumableState, lightning.LightningDataModule):
         >>> sorted(next(iter(dm.train_dataloader())))
         ['attention_mask', 'input_ids', 'labels']
     """
+
+    def __new__(cls, train_data: Any = None, *args: Any, **kwargs: Any) -> UniversalDataModule:
+        if cls is UniversalDataModule and isinstance(train_data, Mapping) and not is_hf_dataset_dict(train_data):
+            from engine.multi_module import MultiDataModule  # several named datasets: a child module per name
+
+            return super().__new__(MultiDataModule)
+        return super().__new__(cls)
 
     def __init__(
         self,
