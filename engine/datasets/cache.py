@@ -1,0 +1,201 @@
+"""ByteBudgetLRU: a least-recently-used cache bounded by the bytes of what it holds, not by a count of items."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["ByteBudgetLRU", "sizeof"]
+
+_NUMBER_BYTES = 8
+"""Bytes counted for a Python int, float or bool: its value, not the object around it."""
+
+
+def sizeof(value: Any) -> int:
+    """The payload bytes of ``value``: what a cache holding it should count against its budget.
+
+    Tensors and numpy arrays count ``nbytes`` (their own elements: a view that keeps a larger storage alive is
+    counted by its elements only, so cache compact copies); strings count ``len(value.encode())``; bytes their
+    length; numbers 8; dicts, lists and tuples the sum of their values (keys and object overhead are not
+    counted). Anything else counts ``sys.getsizeof``.
+
+    Example:
+        >>> sizeof({"x": torch.zeros(4, dtype=torch.float32), "text": "héllo"})
+        22
+    """
+    kind = type(value)
+    if kind is str:  # the common types first, by exact type: this runs once per cached row
+        return len(value.encode())
+    if kind is dict:
+        return sum([sizeof(item) for item in value.values()])
+    if isinstance(value, torch.Tensor):
+        return value.nbytes
+    if isinstance(value, np.ndarray):
+        return int(value.nbytes)
+    if isinstance(value, str):
+        return len(value.encode())
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return len(value)
+    if value is None:
+        return 0
+    if isinstance(value, (bool, int, float, np.generic)):
+        return _NUMBER_BYTES
+    if isinstance(value, (Mapping, list, tuple)):
+        return sum([sizeof(item) for item in (value.values() if isinstance(value, Mapping) else value)])
+    return sys.getsizeof(value)
+
+
+class ByteBudgetLRU:
+    """A least-recently-used cache that holds at most ``max_bytes`` of values (sizes from :func:`sizeof`).
+
+    ``put`` evicts the least recently used items until the new one fits; an item larger than the whole budget
+    is not cached (and counted under ``rejected``). ``get`` refreshes an item's recency and counts a hit or a miss.
+    Operations take a lock, so threads of one process (e.g. a main-process loader and a pin-memory thread) may
+    share a cache.
+
+    A cache lives in one process: each DataLoader worker holds its own (so ``num_workers`` workers may hold
+    up to ``num_workers * max_bytes``), and pickling a cache (as spawn does to send a dataset to a worker)
+    gives an empty cache with the same budget and zeroed counters.
+
+    Args:
+        max_bytes: The byte budget, >= 0 (0 caches nothing).
+
+    Example:
+        >>> cache = ByteBudgetLRU(8)
+        >>> for key, value in [("a", b"1234"), ("b", b"5678"), ("c", b"90")]:
+        ...     _ = cache.put(key, value)
+        >>> "a" in cache, cache.get("b"), cache.nbytes, cache.stats()["evictions"]
+        (False, b'5678', 6, 1)
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0:
+            raise ValueError(f"max_bytes should be an int >= 0 (a byte budget), but got max_bytes={max_bytes!r}")
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._nbytes = 0
+        self.hits = self.misses = self.evictions = self.rejected = 0
+
+    def get(self, key: Hashable, default: Any = None) -> Any:
+        """The value under ``key`` (now the most recently used), or ``default``; counts a hit or a miss."""
+        with self._lock:
+            item = self._items.get(key)
+            if item is None:
+                self.misses += 1
+                return default
+            self._items.move_to_end(key)
+            self.hits += 1
+            return item[0]
+
+    def get_many(self, keys: Sequence[Hashable]) -> list[Any]:
+        """``[get(key) for key in keys]`` (None for a miss) under one lock: a batch's lookups at once."""
+        items, found = self._items, []
+        with self._lock:
+            for key in keys:
+                item = items.get(key)
+                if item is None:
+                    found.append(None)
+                else:
+                    items.move_to_end(key)
+                    found.append(item[0])
+            hits = len(found) - found.count(None)
+            self.hits += hits
+            self.misses += len(found) - hits
+        return found
+
+    def put(self, key: Hashable, value: Any, nbytes: int | None = None) -> bool:
+        """Cache ``value`` under ``key``, evicting least recently used items to stay within the budget.
+
+        Args:
+            key: Any hashable key; an existing entry under it is replaced.
+            value: The value to hold.
+            nbytes: Its size when the caller knows it; default :func:`sizeof` of ``value``.
+
+        Returns:
+            Whether the value was cached (False when it alone exceeds ``max_bytes``).
+        """
+        size = sizeof(value) if nbytes is None else int(nbytes)
+        with self._lock:
+            return self._put(key, value, size)
+
+    def put_many(self, items: Sequence[tuple[Hashable, Any]]) -> None:
+        """``put(key, value)`` for each pair, in order, under one lock."""
+        sized = [(key, value, sizeof(value)) for key, value in items]
+        with self._lock:
+            for key, value, size in sized:
+                self._put(key, value, size)
+
+    def _put(self, key: Hashable, value: Any, size: int) -> bool:
+        old = self._items.pop(key, None)
+        if old is not None:
+            self._nbytes -= old[1]
+        if size > self.max_bytes:
+            self.rejected += 1
+            return False
+        while self._nbytes + size > self.max_bytes:
+            _, (_, evicted) = self._items.popitem(last=False)
+            self._nbytes -= evicted
+            self.evictions += 1
+        self._items[key] = (value, size)
+        self._nbytes += size
+        return True
+
+    def __contains__(self, key: Hashable) -> bool:
+        """Membership without touching recency or counters."""
+        with self._lock:
+            return key in self._items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held now (always <= ``max_bytes``)."""
+        return self._nbytes
+
+    def keys(self) -> list[Hashable]:
+        """Keys from least to most recently used (the next eviction first)."""
+        with self._lock:
+            return list(self._items)
+
+    def clear(self) -> None:
+        """Drop every item; the counters are kept."""
+        with self._lock:
+            self._items.clear()
+            self._nbytes = 0
+
+    def reset_stats(self) -> None:
+        """Zero the hit, miss, eviction and rejection counters."""
+        with self._lock:
+            self.hits = self.misses = self.evictions = self.rejected = 0
+
+    def stats(self) -> dict[str, Any]:
+        """Counters and occupancy: hits, misses, hit_rate, evictions, rejected, items, nbytes, max_bytes."""
+        with self._lock:
+            lookups = self.hits + self.misses
+            return {
+                "hits": self.hits,
+                "misses": self.misses,
+                "hit_rate": self.hits / lookups if lookups else 0.0,
+                "evictions": self.evictions,
+                "rejected": self.rejected,
+                "items": len(self._items),
+                "nbytes": self._nbytes,
+                "max_bytes": self.max_bytes,
+            }
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"max_bytes": self.max_bytes}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["max_bytes"])
+
+    def __repr__(self) -> str:
+        return f"ByteBudgetLRU(max_bytes={self.max_bytes}, items={len(self)}, nbytes={self.nbytes})"

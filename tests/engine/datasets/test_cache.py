@@ -1,0 +1,164 @@
+from __future__ import annotations
+
+import pickle
+import random
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from engine.datasets import ByteBudgetLRU, HDF5Dataset, sizeof
+
+
+class TestSizeof:
+    def test_counts_payload_bytes(self):
+        assert sizeof(torch.zeros(3, 4, dtype=torch.float64)) == 96
+        assert sizeof(np.zeros(5, dtype=np.int16)) == 10
+        assert sizeof("héllo") == 6  # bytes of the UTF-8 encoding, not characters
+        assert sizeof(b"abc") == 3
+        assert sizeof(7) == sizeof(1.5) == 8
+        assert sizeof({"a": torch.zeros(2, dtype=torch.uint8), "b": ["xy", 1]}) == 2 + 2 + 8
+
+    def test_a_view_counts_its_own_elements(self):
+        assert sizeof(torch.zeros(100)[:10]) == 40
+
+
+class TestByteBudgetLRU:
+    def test_get_counts_hits_and_misses(self):
+        cache = ByteBudgetLRU(100)
+        cache.put("a", b"1234")
+        assert cache.get("a") == b"1234" and cache.get("b") is None and cache.get("b", "default") == "default"
+        stats = cache.stats()
+        assert (stats["hits"], stats["misses"], stats["hit_rate"]) == (1, 2, 1 / 3)
+
+    def test_evicts_least_recently_used_first(self):
+        cache = ByteBudgetLRU(12)
+        for key in "abc":
+            cache.put(key, b"xxxx")
+        cache.get("a")  # now b is the least recently used
+        cache.put("d", b"xxxx")
+        assert cache.keys() == ["c", "a", "d"] and cache.stats()["evictions"] == 1
+        cache.put("e", b"xxxxxxxx")  # needs two slots: c, then a go
+        assert cache.keys() == ["d", "e"] and cache.stats()["evictions"] == 3
+
+    def test_membership_does_not_refresh_recency(self):
+        cache = ByteBudgetLRU(8)
+        cache.put("a", b"xxxx")
+        cache.put("b", b"xxxx")
+        assert "a" in cache
+        cache.put("c", b"xxxx")
+        assert "a" not in cache and cache.keys() == ["b", "c"]
+
+    def test_an_item_bigger_than_the_budget_is_not_cached(self):
+        cache = ByteBudgetLRU(10)
+        cache.put("small", b"12345")
+        assert cache.put("big", b"x" * 11) is False
+        assert "big" not in cache and "small" in cache and cache.stats()["rejected"] == 1
+
+    def test_replacing_a_key_recounts_its_size(self):
+        cache = ByteBudgetLRU(10)
+        cache.put("a", b"12345678")
+        cache.put("a", b"12")
+        assert cache.nbytes == 2 and len(cache) == 1
+        assert cache.put("a", b"x" * 20) is False and "a" not in cache and cache.nbytes == 0
+
+    def test_batched_get_and_put(self):
+        cache = ByteBudgetLRU(8)
+        cache.put_many([("a", b"12"), ("b", b"34"), ("c", b"56")])
+        assert cache.get_many(["b", "x", "a"]) == [b"34", None, b"12"]
+        assert cache.stats()["hits"] == 2 and cache.stats()["misses"] == 1
+        cache.put_many([("d", b"78"), ("e", b"90")])  # the lookups left c least recently used
+        assert cache.keys() == ["b", "a", "d", "e"] and cache.nbytes == 8 and cache.stats()["evictions"] == 1
+
+    def test_explicit_nbytes_is_used(self):
+        cache = ByteBudgetLRU(10)
+        cache.put("a", object(), nbytes=6)
+        assert cache.nbytes == 6
+
+    def test_budget_is_never_exceeded(self):
+        rng = random.Random(0)
+        cache = ByteBudgetLRU(1000)
+        for _ in range(2000):
+            key = rng.randrange(50)
+            if rng.random() < 0.5:
+                cache.put(key, torch.zeros(rng.randrange(0, 300), dtype=torch.uint8))
+            else:
+                cache.get(key)
+            assert cache.nbytes <= 1000
+            assert cache.nbytes == sum(sizeof(value) for value, _ in cache._items.values())
+
+    def test_zero_budget_caches_nothing(self):
+        cache = ByteBudgetLRU(0)
+        cache.put("a", b"x")
+        assert len(cache) == 0 and cache.put("empty", b"") is True
+
+    def test_threads_keep_the_invariants(self):
+        cache = ByteBudgetLRU(500)
+
+        def work(seed):
+            rng = random.Random(seed)
+            for _ in range(2000):
+                key = rng.randrange(40)
+                if rng.random() < 0.5:
+                    cache.put(key, b"x" * rng.randrange(1, 60))
+                else:
+                    cache.get(key)
+
+        threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        stats = cache.stats()
+        assert stats["nbytes"] <= 500 and stats["hits"] + stats["misses"] > 0
+        assert stats["nbytes"] == sum(len(value) for value, _ in cache._items.values())
+
+    def test_pickles_as_an_empty_cache_with_the_same_budget(self):
+        cache = ByteBudgetLRU(64)
+        cache.put("a", b"1234")
+        cache.get("a")
+        clone = pickle.loads(pickle.dumps(cache))
+        assert clone.max_bytes == 64 and len(clone) == 0 and clone.stats()["hits"] == 0
+        clone.put("b", b"12")
+        assert clone.get("b") == b"12"
+
+    def test_clear_and_reset_stats(self):
+        cache = ByteBudgetLRU(64)
+        cache.put("a", b"1234")
+        cache.get("a")
+        cache.clear()
+        assert len(cache) == 0 and cache.nbytes == 0 and cache.stats()["hits"] == 1
+        cache.reset_stats()
+        assert cache.stats()["hits"] == 0
+
+    @pytest.mark.parametrize("budget", [-1, 1.5, True, "10"])
+    def test_bad_budget(self, budget):
+        with pytest.raises(ValueError, match="max_bytes should be an int >= 0"):
+            ByteBudgetLRU(budget)
+
+
+class TestCachedDataset:
+    def test_later_epochs_hit_the_cache_when_it_fits(self, h5_path):
+        ds = HDF5Dataset(h5_path, mode="cached")
+        ds.__getitems__(range(len(ds)))
+        ds.__getitems__(range(len(ds)))
+        stats = ds.cache.stats()
+        assert stats["misses"] == len(ds) and stats["hits"] == len(ds) and stats["evictions"] == 0
+
+    def test_a_small_budget_holds_the_most_recent_rows(self, h5_path):
+        row_bytes = 48 + 8 + 2  # x: 12 float32, y: int64, z: int16
+        ds = HDF5Dataset(h5_path, keys=["x", "y", "group/z"], mode="cached", cache_bytes=5 * row_bytes)
+        for index in range(len(ds)):
+            ds[index]
+            assert ds.cache.nbytes <= 5 * row_bytes
+        assert ds.cache.keys() == list(range(len(ds) - 5, len(ds)))
+
+    def test_each_process_starts_with_an_empty_cache(self, h5_path):
+        ds = HDF5Dataset(h5_path, mode="cached")
+        ds[0]
+        clone = pickle.loads(pickle.dumps(ds))
+        assert len(clone.cache) == 0 and clone.cache.max_bytes == ds.cache.max_bytes
+
+    def test_lazy_and_eager_have_no_cache(self, h5_path):
+        assert HDF5Dataset(h5_path).cache is None and HDF5Dataset(h5_path, mode="eager").cache is None
