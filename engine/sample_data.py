@@ -151,26 +151,37 @@ def _check_size(n: int, what: str) -> int:
     return n
 
 
-class SyntheticImages(Dataset):
+class _SeededRows(Dataset):
+    """Rows generated on access from ``(seed, index)``: nothing is held in memory, any worker gets the same row."""
+
+    num_classes = 4
+
+    def __init__(self, n: int, seed: int, what: str) -> None:
+        self.n, self.seed = _check_size(n, what), seed
+
+    def __len__(self) -> int:
+        return self.n
+
+    def _row(self, index: int) -> tuple[int, torch.Generator]:
+        if not -self.n <= index < self.n:
+            raise IndexError(f"index should be in [-{self.n}, {self.n}), but got index={index}")
+        index %= self.n
+        return index, torch.Generator().manual_seed(self.seed * 1_000_003 + index)
+
+
+class SyntheticImages(_SeededRows):
     """Map-style dataset of 3x32x32 uint8 images in 4 classes, each row generated from ``(seed, index)``.
 
     Class 0 has horizontal stripes, 1 vertical, 2 diagonal, 3 a checkerboard; colours, stripe period, phase and
     noise are random per row. Rows are ``{'pixel_values': uint8 [3, 32, 32], 'labels': int}``.
     """
 
-    num_classes = 4
 
     def __init__(self, n: int = 512, seed: int = 0) -> None:
-        self.n, self.seed = _check_size(n, "image_dataset"), seed
-
-    def __len__(self) -> int:
-        return self.n
+        super().__init__(n, seed, "image_dataset")
 
     def __getitem__(self, index: int) -> dict:
-        if not -self.n <= index < self.n:
-            raise IndexError(f"index should be in [-{self.n}, {self.n}), but got index={index}")
-        index %= self.n
-        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
+        index, gen = self._row(index)
         label = index % self.num_classes
         period = 4 + int(torch.randint(0, 5, (), generator=gen))
         phase = float(torch.rand((), generator=gen)) * 2 * math.pi
@@ -186,28 +197,21 @@ class SyntheticImages(Dataset):
         return {"pixel_values": image.clamp(0, 255).to(torch.uint8), "labels": label}
 
 
-class SyntheticAudio(Dataset):
+class SyntheticAudio(_SeededRows):
     """Map-style dataset of 16 kHz mono tones in 4 classes, each row generated from ``(seed, index)``.
 
     Class ``k`` is a tone near ``FREQUENCIES[k]`` Hz (jittered by up to 5%) with random amplitude, phase and
     noise, 0.25 to 1.0 s long. Rows are ``{'input_values': float32 [samples], 'labels': int}``.
     """
 
-    num_classes = 4
     sample_rate = 16000
     FREQUENCIES = (220.0, 440.0, 880.0, 1760.0)
 
     def __init__(self, n: int = 256, seed: int = 0) -> None:
-        self.n, self.seed = _check_size(n, "audio_dataset"), seed
-
-    def __len__(self) -> int:
-        return self.n
+        super().__init__(n, seed, "audio_dataset")
 
     def __getitem__(self, index: int) -> dict:
-        if not -self.n <= index < self.n:
-            raise IndexError(f"index should be in [-{self.n}, {self.n}), but got index={index}")
-        index %= self.n
-        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
+        index, gen = self._row(index)
         label = index % self.num_classes
         r = torch.rand(4, generator=gen)
         samples = int(self.sample_rate * (0.25 + 0.75 * float(r[0])))

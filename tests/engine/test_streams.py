@@ -7,7 +7,7 @@ import torch
 from engine import UniversalDataModule
 from engine.streams import EpochStream
 from task_spec import TaskSpec
-from tests.engine.test_resume import fingerprint
+from tests.engine.test_resume import fingerprint, run
 
 SPEC = TaskSpec.mlm_tiny().replace(special_tokens={"pad_token_id": 0, "mask_token_id": 1},
                                    additional_config={"vocab_size": 100})
@@ -57,21 +57,12 @@ class TestResume:
     @pytest.mark.parametrize("workers", [0, 2])
     @pytest.mark.parametrize("stop", [1, 4, 12])
     def test_resume_continues_exactly(self, workers, stop):
-        def take(dm, count):
-            seen, loader = [], dm.train_dataloader()
-            while len(seen) < count:
-                for batch in loader:
-                    seen.append(fingerprint(batch))
-                    if len(seen) == count:
-                        break
-            return seen
-
-        reference = take(module(workers=workers), 16)  # 10 batches per epoch: stops in epochs 0 and 1
+        reference = run(module(workers=workers), 16)  # 10 batches per epoch: stops in epochs 0 and 1
         first = module(workers=workers)
-        take(first, stop)
+        run(first, stop)
         resumed = module(workers=workers)
         resumed.load_state_dict(first.state_dict())
-        assert take(resumed, 16 - stop) == reference[stop:]
+        assert run(resumed, 16 - stop) == reference[stop:]
 
     def test_resuming_a_shuffled_stream_is_refused(self):
         first = module(stream().shuffle(seed=0, buffer_size=8))
