@@ -26,6 +26,7 @@ class ResumableState:
             "data_fingerprint": self._fingerprint,
             "split_fingerprint": self.split_plan.fingerprint if self.split_plan else None,
             "world_size": self.world_size,
+            "num_workers": self.train_config.num_workers,
             "epoch": self._epoch_of(loader),
             "train_loader": loader.state_dict() if loader is not None else self._pending_loader_state,
         }

@@ -13,21 +13,32 @@ from typing import Any
 import numpy as np
 
 from engine.rng import hash_into
-from engine.sources import MapSource
+from engine.sources import HFSource, MapSource, TorchSource
 
 STATE_VERSION = 2
 SAMPLED_ROWS = 16
 
 
 def data_fingerprint(source: MapSource) -> str:
-    """A hash of the row count and of evenly spaced rows (first and last included): cheap at any size,
-    and different whenever the data are shuffled, replaced, grown or shrunk."""
+    """A fingerprint of the data, different whenever the data are replaced, reordered, grown or shrunk.
+
+    Hugging Face data: ``datasets``' own fingerprint. Lists of tensors: a hash of evenly spaced rows. Other
+    datasets: class, length and their ``fingerprint`` attribute if they define one. Their rows are not read,
+    because ``__getitem__`` often augments at random and the same data must still resume.
+    """
     digest = hashlib.blake2b(digest_size=12)
     count = len(source)
     digest.update(count.to_bytes(8, "little"))
-    positions = sorted({int(p) for p in np.linspace(0, count - 1, num=min(count, SAMPLED_ROWS))}) if count else []
-    for position in positions:
-        hash_into(digest, source[position])
+    if isinstance(source, HFSource):
+        digest.update(str(getattr(source.dataset, "_fingerprint", "")).encode())
+    elif isinstance(source, TorchSource):
+        dataset = source.dataset
+        digest.update(f"{type(dataset).__module__}.{type(dataset).__qualname__}".encode())
+        digest.update(repr(getattr(dataset, "fingerprint", "")).encode())
+    else:
+        positions = sorted({int(p) for p in np.linspace(0, count - 1, num=min(count, SAMPLED_ROWS))}) if count else []
+        for position in positions:
+            hash_into(digest, source[position])
     return digest.hexdigest()
 
 
@@ -43,6 +54,7 @@ def check_compatible(saved: Mapping[str, Any], current: Mapping[str, Any]) -> No
         "data_fingerprint": "the training data differ (rows changed, reordered, added or removed)",
         "split_fingerprint": "the train/val/test split differs (val_split, test_split or the data changed)",
         "world_size": "the number of ranks differs, so each rank would read other rows",
+        "num_workers": "torchdata resumes a loader's position only with the same number of worker processes",
     }
     for key, why in explanations.items():
         if saved.get(key) != current.get(key):
