@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 INSTALL := $(PIP) install --disable-pip-version-check -c constraints.txt
 
-.PHONY: demo test lint install install-dev clean
+.PHONY: demo test bench lint install install-dev clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,9 @@ install-dev: $(VENV)/.installed-dev
 
 demo: install
 	$(PY) -m engine demo
+
+bench: install
+	$(PY) -m benchmarks
 
 lint: install-dev
 	$(PY) -m ruff check .

@@ -101,6 +101,10 @@ def flatten_ids(values: Sequence[Any], key: str, *, allow_bool: bool = False) ->
     ``np.concatenate``; a batch mixing these converts row by row.
     """
     if all(isinstance(value, (list, tuple)) for value in values):
+        if allow_bool:
+            small = _small_ints(values)
+            if small is not None:
+                return small
         # One inferring numpy conversion (several times faster than torch.tensor on a list) that also reveals
         # floats, strings, None or nesting through the dtype and shape it infers.
         try:
@@ -121,6 +125,20 @@ def flatten_ids(values: Sequence[Any], key: str, *, allow_bool: bool = False) ->
             flat = torch.cat([_row_tensor(value).to(torch.long) for value in values])
     lengths = torch.tensor([len(value) for value in values], dtype=torch.long)
     return flat.to(torch.long), lengths
+
+
+def _small_ints(values: Sequence[Sequence[Any]]) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Masks of 0/1 (ints or bools) converted through ``bytes``, about 4x faster than ``np.array``.
+
+    ``bytes`` takes exactly ints (and bools, and numpy ints) in [0, 256); anything else (floats, None, strings,
+    nesting, other ints) makes it raise, and the caller then takes the general path with its checks and errors.
+    """
+    try:
+        joined = b"".join(map(bytes, values))
+    except (TypeError, ValueError):
+        return None
+    flat = torch.from_numpy(np.frombuffer(joined, dtype=np.uint8).astype(np.int64))
+    return flat, torch.tensor([len(value) for value in values], dtype=torch.long)
 
 
 def check_same_lengths(lengths: torch.Tensor, reference: torch.Tensor, key: str, reference_key: str) -> None:
@@ -173,10 +191,10 @@ def collate_targets(values: Sequence[Any], key: str, *, dtype: torch.dtype) -> t
     return stacked.to(dtype)
 
 
-def tokenize_column(tokenizer: Any, rows: Sequence[Mapping[str, Any]], key: str, *, max_length: int | None,
+def tokenize_column(tokenizer: Any, texts: Sequence[Any], key: str, *, max_length: int | None,
                     target: bool, ids_key: str) -> list[list[int]]:
-    """Tokenize the raw text under ``key`` in one batched call (special tokens added, truncated to ``max_length``)."""
-    texts = column(rows, key)
+    """Tokenize the raw ``texts`` of ``key`` in one batched call (special tokens added, truncated to ``max_length``)."""
+    texts = list(texts)
     if tokenizer is None:
         raise ValueError(
             f"rows hold raw text under {key!r} but no tokenizer was given; pass tokenizer=... to the collator "

@@ -19,7 +19,29 @@ def build_special_tokens_mask(input_ids: torch.Tensor, special_ids: Iterable[int
     ids = sorted({int(token_id) for token_id in special_ids})
     if not ids:
         return torch.zeros_like(input_ids, dtype=torch.bool)
+    runs = _runs(ids)
+    if len(runs) <= _MAX_RUNS:  # special ids cluster (0..5, or 0 and 100..103): a few comparisons beat isin
+        out = None
+        for low, high in runs:
+            hit = input_ids == low if low == high else (input_ids >= low) & (input_ids <= high)
+            out = hit if out is None else out.logical_or_(hit)
+        return out
     return torch.isin(input_ids, torch.tensor(ids, dtype=input_ids.dtype, device=input_ids.device))
+
+
+_MAX_RUNS = 4
+"""Above this many runs of consecutive special ids, ``torch.isin`` is the faster test."""
+
+
+def _runs(ids: list[int]) -> list[tuple[int, int]]:
+    """Sorted distinct ints as ``(first, last)`` runs of consecutive values: [0, 100, 101] -> [(0, 0), (100, 101)]."""
+    runs = [(ids[0], ids[0])]
+    for token_id in ids[1:]:
+        if token_id == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], token_id)
+        else:
+            runs.append((token_id, token_id))
+    return runs
 
 
 def _check_probability(name: str, value: float) -> float:
@@ -108,12 +130,16 @@ def mask_tokens(
     def uniform() -> torch.Tensor:
         return torch.rand(input_ids.shape, generator=generator, device=generator.device).to(input_ids.device)
 
-    selected = (uniform() < mlm_probability) & ~protected
-    labels = input_ids.masked_fill(~selected, label_pad_token_id)
+    # In-place logical ops on the few [batch, length] temporaries: the draws and their order are unchanged.
+    selected = (uniform() < mlm_probability).logical_and_(protected.logical_not_())
+    unselected = selected.logical_not()
+    labels = input_ids.masked_fill(unselected, label_pad_token_id)
     # One draw decides the replacement: [0, p_mask) -> mask, [p_mask, p_mask + p_random) -> random, else keep.
     how = uniform()
-    to_mask = selected & (how < mask_replace_prob)
-    to_random = selected & (how >= mask_replace_prob) & (how < mask_replace_prob + random_replace_prob)
+    to_mask = how < mask_replace_prob
+    to_random = (how < mask_replace_prob + random_replace_prob).logical_and_(selected).logical_and_(
+        to_mask.logical_not())
+    to_mask.logical_and_(selected)
     masked = input_ids.masked_fill(to_mask, mask_token_id)
     count = int(to_random.sum())
     if count:

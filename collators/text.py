@@ -10,18 +10,13 @@ import torch
 from collators import _text_options as opts
 from collators._extra import collate_extra
 from collators._padding import PaddingLayout, check_padding_side, padded_length
-from collators._text_inputs import (
-    as_mapping_rows,
-    check_same_lengths,
-    collate_targets,
-    column,
-    flatten_ids,
-    tokenize_column,
-)
+from collators._text_batch import ColumnInputs, RaggedColumn, RowInputs, batch_inputs
+from collators._text_inputs import collate_targets, flatten_ids, tokenize_column
+from collators._text_labels import add_seq2seq_labels, output_slots, pad_per_token, slot_keys
 from collators.masking import mask_tokens
 from task_spec import TaskSpec
 
-__all__ = ["TextCollator", "create_text_collator"]
+__all__ = ["RaggedColumn", "TextCollator", "create_text_collator"]
 
 
 class TextCollator:
@@ -125,54 +120,79 @@ class TextCollator:
                 special_token_ids, tokenizer, spec, self.pad_token_id, self.mask_token_id)
 
     def __call__(self, rows: Sequence[Any], generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
-        """Collate ``rows`` into a dict of tensors; ``generator`` drives masked-LM randomness (else the own one)."""
-        rows = as_mapping_rows(rows)
-        values, consumed = self._input_values(rows)
-        flat, lengths = flatten_ids(values, "input_ids")
+        """Collate ``rows`` into a dict of tensors; ``generator`` drives masked-LM randomness (else the own one).
+
+        A batch that can hand over its columns (``rows.to_columns()``, as the engine's Arrow-backed batches do)
+        is collated from them by :meth:`collate_columns`, with the same result.
+        """
+        return self._collate(batch_inputs(rows), generator)
+
+    def collate_columns(self, columns: Mapping[str, Any], generator: torch.Generator | None = None) -> dict[str, Any]:
+        """Collate a batch given as columns instead of row dicts; the result equals ``__call__`` on the rows.
+
+        Token columns are padded straight from flat values + offsets, without one Python object per token.
+
+        Args:
+            columns: ``{key: column}`` in the key order rows would have. A column is a
+                :class:`RaggedColumn` (flat ``values`` + ``offsets``, as numpy arrays or tensors), a pyarrow
+                ``Array``/``ChunkedArray`` (list arrays are read through their offsets), a numpy array or tensor
+                whose first dimension is the batch (row ``i`` is ``column[i].tolist()``), or a list of per-row
+                values.
+            generator: as for ``__call__``.
+
+        Example:
+            >>> import numpy as np
+            >>> collate = TextCollator(pad_token_id=0)
+            >>> flat = RaggedColumn(values=np.array([5, 6, 7, 8]), offsets=np.array([0, 3, 4]))
+            >>> collate.collate_columns({"input_ids": flat})["input_ids"]
+            tensor([[5, 6, 7],
+                    [8, 0, 0]])
+        """
+        return self._collate(ColumnInputs(columns), generator)
+
+    def _collate(self, inputs: RowInputs | ColumnInputs, generator: torch.Generator | None) -> dict[str, Any]:
+        flat, lengths, consumed = self._input_ids(inputs)
         width = padded_length(int(lengths.max()), max_length=self.max_length,
                               pad_to_multiple_of=self.pad_to_multiple_of)
         layout = PaddingLayout(lengths, length=width, padding_side=self.padding_side)
-        batch: dict[str, Any] = {"input_ids": layout.fill(flat, self.pad_token_id, torch.long)}
+        slots = output_slots(slot_keys(self.task_type, self.target_field, inputs.keys), layout)
+        batch: dict[str, Any] = {"input_ids": layout.fill(flat, self.pad_token_id, out=slots["input_ids"])}
         for key, pad_value in opts.TOKEN_KEYS.items():
-            if key in rows[0]:
-                batch[key] = self._per_token(rows, key, lengths, layout, pad_value)
-        batch.setdefault("attention_mask", layout.mask.long())
+            if key in inputs.keys:
+                batch[key] = pad_per_token(inputs, key, lengths, layout, pad_value, slots.get(key))
+        if "attention_mask" not in batch:
+            batch["attention_mask"] = slots["attention_mask"].copy_(layout.mask)
         consumed.update(("input_ids", *opts.TOKEN_KEYS, self.target_field))
-        self._add_labels(batch, rows, lengths, layout, consumed, generator)
-        for key in rows[0]:
+        self._add_labels(batch, inputs, lengths, layout, consumed, generator, slots)
+        for key in inputs.keys:
             if key not in consumed:
-                batch[key] = collate_extra(column(rows, key))
+                batch[key] = collate_extra(inputs.values(key))
         return batch
 
-    def _input_values(self, rows: Sequence[Mapping[str, Any]]) -> tuple[list[Any], set[str]]:
-        """Per-row id sequences, tokenizing raw text if the rows hold no ids; and the keys consumed."""
-        if "input_ids" in rows[0]:
-            return column(rows, "input_ids"), set()
-        if self.text_field in rows[0]:
-            ids = tokenize_column(self.tokenizer, rows, self.text_field, max_length=self.max_length, target=False,
-                                  ids_key="input_ids")
-            return ids, {self.text_field}
+    def _input_ids(self, inputs: RowInputs | ColumnInputs) -> tuple[Any, torch.Tensor, set[str]]:
+        """Flat input ids and row lengths, tokenizing raw text if the rows hold no ids; and the keys consumed."""
+        if "input_ids" in inputs.keys:
+            return (*inputs.ids("input_ids"), set())
+        if self.text_field in inputs.keys:
+            ids = tokenize_column(self.tokenizer, inputs.values(self.text_field), self.text_field,
+                                  max_length=self.max_length, target=False, ids_key="input_ids")
+            return (*flatten_ids(ids, "input_ids"), {self.text_field})
         raise ValueError(
-            f"row 0 has neither 'input_ids' nor raw text under {self.text_field!r} (keys: {sorted(rows[0])}); "
+            f"row 0 has neither 'input_ids' nor raw text under {self.text_field!r} (keys: {sorted(inputs.keys)}); "
             f"give token ids under 'input_ids', or text under {self.text_field!r} (name its key with text_field=...)"
         )
 
-    def _per_token(self, rows: Sequence[Mapping[str, Any]], key: str, lengths: torch.Tensor,
-                   layout: PaddingLayout, pad_value: int) -> torch.Tensor:
-        flat, key_lengths = flatten_ids(column(rows, key), key, allow_bool=True)
-        check_same_lengths(key_lengths, lengths, key, "input_ids")
-        return layout.fill(flat, pad_value, torch.long)
-
-    def _missing_target(self, rows: Sequence[Mapping[str, Any]], also: str = "") -> ValueError:
+    def _missing_target(self, inputs: RowInputs | ColumnInputs, also: str = "") -> ValueError:
         return ValueError(
             f"task_type={self.task_type!r} needs targets under {self.target_field!r}, but row 0 has keys "
-            f"{sorted(rows[0])}{also}; name the target key with target_field=... (or TaskSpec.target_field)"
+            f"{sorted(inputs.keys)}{also}; name the target key with target_field=... (or TaskSpec.target_field)"
         )
 
-    def _add_labels(self, batch: dict[str, Any], rows: Sequence[Mapping[str, Any]], lengths: torch.Tensor,
-                    layout: PaddingLayout, consumed: set[str], generator: torch.Generator | None) -> None:
+    def _add_labels(self, batch: dict[str, Any], inputs: RowInputs | ColumnInputs, lengths: torch.Tensor,
+                    layout: PaddingLayout, consumed: set[str], generator: torch.Generator | None,
+                    slots: dict[str, torch.Tensor]) -> None:
         key, task = self.target_field, self.task_type
-        has_target = key in rows[0]
+        has_target = key in inputs.keys
         if task == "masked_lm":
             if has_target:
                 raise ValueError(
@@ -180,55 +200,26 @@ class TextCollator:
                     f"{key!r}; drop that column, or use task_type='causal_lm' to keep given labels"
                 )
             special = batch.pop("special_tokens_mask", None)
-            batch["input_ids"], batch[key] = mask_tokens(
+            masked, labels = mask_tokens(
                 batch["input_ids"], mask_token_id=self.mask_token_id, vocab_size=self.vocab_size,
                 generator=generator if generator is not None else self._generator,
                 special_ids=self.special_token_ids, special_tokens_mask=special, padding_mask=~layout.mask,
                 mlm_probability=self.mlm_probability, label_pad_token_id=self.label_pad_token_id)
+            batch["input_ids"] = slots["input_ids"].copy_(masked)
+            batch[key] = slots[key].copy_(labels)
         elif task == "causal_lm" and not has_target:
-            batch[key] = batch["input_ids"].masked_fill(~layout.mask, self.label_pad_token_id)
+            batch[key] = slots[key].copy_(batch["input_ids"]).masked_fill_(~layout.mask, self.label_pad_token_id)
         elif task in ("causal_lm", "token_classification"):
             if not has_target:
-                raise self._missing_target(rows)
-            batch[key] = self._per_token(rows, key, lengths, layout, self.label_pad_token_id)
+                raise self._missing_target(inputs)
+            batch[key] = pad_per_token(inputs, key, lengths, layout, self.label_pad_token_id, slots[key])
         elif task in ("classification", "regression"):
             if not has_target:
-                raise self._missing_target(rows)
+                raise self._missing_target(inputs)
             dtype = torch.long if task == "classification" else torch.float32
-            batch[key] = collate_targets(column(rows, key), key, dtype=dtype)
+            batch[key] = collate_targets(inputs.values(key), key, dtype=dtype)
         else:
-            self._add_seq2seq_labels(batch, rows, consumed)
-
-    def _add_seq2seq_labels(self, batch: dict[str, Any], rows: Sequence[Mapping[str, Any]], consumed: set[str]) -> None:
-        key = self.target_field
-        if key in rows[0]:
-            values = column(rows, key)
-        elif self.target_text_field in rows[0]:
-            values = tokenize_column(self.tokenizer, rows, self.target_text_field, max_length=self.max_target_length,
-                                     target=True, ids_key=key)
-            consumed.add(self.target_text_field)
-        else:
-            raise self._missing_target(rows, f" and no target text under {self.target_text_field!r} "
-                                             f"(set target_text_field=... for raw text)")
-        batch[key] = self._pad_target(values, key, self.label_pad_token_id)[0]
-        if "decoder_input_ids" in rows[0]:
-            batch["decoder_input_ids"], layout, lengths = self._pad_target(
-                column(rows, "decoder_input_ids"), "decoder_input_ids", self.pad_token_id)
-            consumed.add("decoder_input_ids")
-            if "decoder_attention_mask" in rows[0]:
-                flat, mask_lengths = flatten_ids(column(rows, "decoder_attention_mask"), "decoder_attention_mask",
-                                                 allow_bool=True)
-                check_same_lengths(mask_lengths, lengths, "decoder_attention_mask", "decoder_input_ids")
-                batch["decoder_attention_mask"] = layout.fill(flat, 0, torch.long)
-                consumed.add("decoder_attention_mask")
-
-    def _pad_target(self, values: list[Any], key: str, pad_value: int) -> tuple[torch.Tensor, PaddingLayout, Any]:
-        """Pad a seq2seq target sequence to its own longest row, truncated to ``max_target_length``."""
-        flat, lengths = flatten_ids(values, key)
-        width = padded_length(int(lengths.max()), max_length=self.max_target_length,
-                              pad_to_multiple_of=self.pad_to_multiple_of)
-        layout = PaddingLayout(lengths, length=width, padding_side=self.padding_side)
-        return layout.fill(flat, pad_value, torch.long), layout, lengths
+            add_seq2seq_labels(self, batch, inputs, consumed)
 
     def __repr__(self) -> str:
         shown = {

@@ -72,7 +72,8 @@ class DataLoaderFactory:
                     "(e.g. datasets' IterableDataset.shuffle(seed=..., buffer_size=...)) and pass shuffle=False"
                 )
             check_picklable(dataset, collate, kwargs)
-            return StatefulDataLoader(dataset, batch_size=config.batch_size, drop_last=config.drop_last, **common)
+            loader_class = PassAwareLoader if callable(getattr(dataset, "begin_pass", None)) else StatefulDataLoader
+            return loader_class(dataset, batch_size=config.batch_size, drop_last=config.drop_last, **common)
         source = as_source(dataset)
         if batch_sampler is not None:
             check_picklable(source, collate, kwargs)
@@ -89,6 +90,15 @@ class DataLoaderFactory:
         )
         check_picklable(source, collate, kwargs)
         return StatefulDataLoader(source, batch_sampler=sampler, **common)
+
+
+class PassAwareLoader(StatefulDataLoader):
+    """A loader that tells its iterable dataset, in this (the parent) process, that a pass starts: state such as
+    the epoch that ``datasets`` shares with worker processes must be set here, never in the workers."""
+
+    def __iter__(self) -> Any:
+        self.dataset.begin_pass()
+        return super().__iter__()
 
 
 def check_picklable(dataset: Any, collate_fn: Any, kwargs: dict[str, Any]) -> None:

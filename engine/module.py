@@ -117,8 +117,7 @@ class UniversalDataModule(ResumableState, lightning.LightningDataModule):
                              uneven=uneven)
         self._stream = train_data if is_hf_stream(train_data) else None
         if self._stream is not None:
-            check_stream_options(val_split=val_split, test_split=test_split, shuffle=shuffle,
-                                 num_workers=num_workers, persistent_workers=persistent_workers)
+            check_stream_options(val_split=val_split, test_split=test_split, shuffle=shuffle)
             train_data = None
         self.task_spec, self.tokenizer, self.seed = task_spec, tokenizer, seed
         self.val_split, self.test_split, self.uneven, self.validate = val_split, test_split, uneven, validate
@@ -215,6 +214,8 @@ class UniversalDataModule(ResumableState, lightning.LightningDataModule):
                 uneven=self.uneven,
             )
             if self._pending_loader_state is not None:
+                if isinstance(self._train_loader.dataset, EpochStream):  # the epoch is set here, in the parent
+                    self._train_loader.dataset.set_epoch(self._pending_epoch)
                 self._train_loader.load_state_dict(self._pending_loader_state)
                 self._pending_loader_state = None
         return self._train_loader

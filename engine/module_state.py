@@ -54,3 +54,4 @@ class ResumableState:
             )
         self._train_loader = None
         self._pending_loader_state = state_dict.get("train_loader")
+        self._pending_epoch = state_dict.get("epoch", 0)

@@ -1,7 +1,8 @@
 """Adapters from the user's data to one map-style interface with batched fetch and cheap views.
 
-Every source answers ``__getitems__(indices)`` with a :class:`RowBatch`, which carries the batch's
-``rng_seed`` from the sampler to the collator. ``view(indices)`` selects a split without copying rows.
+Every source answers ``__getitems__(indices)`` with a :class:`RowBatch` (or, for Hugging Face data, a
+:class:`ColumnBatch` that also hands over its columns), which carries the batch's ``rng_seed`` from the sampler
+to the collator. ``view(indices)`` selects a split without copying rows.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch.utils.data import Dataset
+
+from engine._arrow_fetch import ArrowBatchFetcher, ColumnBatch
 
 try:  # datasets is a dependency, but sources of other kinds must not need it at import time
     import datasets as hf_datasets
@@ -45,18 +48,42 @@ class MapSource(Dataset):
 
 
 class HFSource(MapSource):
-    """A Hugging Face ``datasets.Dataset``: one Arrow ``take`` per batch, splits via ``select`` (no copy)."""
+    """A Hugging Face ``datasets.Dataset``: batches fetched column-wise from Arrow, splits via ``select`` (no copy).
+
+    ``__getitems__`` answers with a :class:`ColumnBatch`: collators that read columns (``TextCollator``) pad
+    the token columns straight from Arrow's flat buffers; any other collate function sees the same row dicts
+    as before. Datasets with a format (``with_format('torch')``) or hidden columns get a :class:`RowBatch`.
+    """
 
     def __init__(self, dataset: Any) -> None:
         self.dataset = dataset
+        self._fetcher: ArrowBatchFetcher | None = None
+        self._columnar = ArrowBatchFetcher.supports(dataset)
 
     def __len__(self) -> int:
         return len(self.dataset)
+
+    def __getitems__(self, indices: Sequence[int]) -> RowBatch | ColumnBatch:
+        if not self._columnar:
+            return super().__getitems__(indices)
+        batch = ColumnBatch(self, list(indices))
+        batch.rng_seed = getattr(indices, "rng_seed", None)
+        return batch
+
+    def fetch_rows(self, positions: list[int]) -> RowBatch:
+        """The rows at ``positions`` as dicts (the row path), in one ``datasets`` fetch."""
+        return RowBatch(self._fetch(positions))
 
     def _fetch(self, positions: list[int]) -> list[dict[str, Any]]:
         columns = self.dataset[positions]
         names = list(columns)
         return [dict(zip(names, values)) for values in zip(*(columns[name] for name in names))]
+
+    def fetch_columns(self, positions: Sequence[int]) -> dict[str, Any]:
+        """The rows at ``positions`` as ``{column: RaggedColumn | list}``: token columns flat, others formatted."""
+        if self._fetcher is None:
+            self._fetcher = ArrowBatchFetcher(self.dataset)
+        return self._fetcher.gather(positions)
 
     def view(self, positions: np.ndarray) -> HFSource:
         return HFSource(self.dataset.select(positions))
@@ -64,6 +91,10 @@ class HFSource(MapSource):
     @property
     def column_names(self) -> list[str]:
         return list(self.dataset.column_names)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The fetcher holds numpy views of Arrow buffers: rebuilt in each worker rather than pickled as copies.
+        return {**self.__dict__, "_fetcher": None}
 
 
 class TorchSource(MapSource):

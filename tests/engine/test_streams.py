@@ -29,11 +29,12 @@ def row_ids(loader):
 
 
 class TestSharding:
-    @pytest.mark.parametrize("workers", [0, 2])
-    def test_every_row_exactly_once_per_epoch(self, workers):
-        loader = module(workers=workers).train_dataloader()
-        for _ in range(2):
-            assert sorted(row_ids(loader)) == list(range(ROWS))
+    @pytest.mark.parametrize(("workers", "persistent"), [(0, None), (2, None), (2, False)])
+    def test_every_row_exactly_once_per_epoch_in_a_new_shard_order(self, workers, persistent):
+        loader = module(workers=workers, persistent_workers=persistent).train_dataloader()
+        epochs = [row_ids(loader) for _ in range(3)]
+        assert all(sorted(ids) == list(range(ROWS)) for ids in epochs)
+        assert loader.dataset.epoch == 2 and len({tuple(ids) for ids in epochs}) > 1  # shards reordered by epoch
 
     def test_ranks_read_disjoint_parts_that_cover_the_stream(self):
         parts = [[row["row_id"] for row in EpochStream(stream(), rank=r, world_size=2)] for r in range(2)]
@@ -80,7 +81,6 @@ class TestRefusals:
     @pytest.mark.parametrize(("kwargs", "match"), [
         ({"val_split": 0.1}, "cannot cut rows out of a stream"),
         ({"shuffle": True}, "shuffle=True cannot reorder a stream here"),
-        ({"num_workers": 2, "persistent_workers": False}, "needs persistent workers"),
     ])
     def test_options_a_stream_cannot_honour(self, kwargs, match):
         options = {"num_workers": 0, **kwargs}

@@ -1,0 +1,159 @@
+"""The two shapes a text batch arrives in, behind one interface: a list of row dicts, or columns.
+
+:class:`RowInputs` reads row dicts (the ``__call__`` contract). :class:`ColumnInputs` reads whole columns:
+token columns as flat values + offsets (a :class:`RaggedColumn` or a pyarrow list array), so a batch fetched
+from Arrow is padded without one Python object per token or per row. Both answer the same questions (keys,
+per-row values, flat token ids with row lengths) with the same results and the same errors, so the collator's
+logic is written once. A column that is not plain integers (nulls, floats, nesting) is read as per-row Python
+values and goes through the row-path checks, which raise the row path's errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from collators._text_inputs import as_mapping_rows, column, flatten_ids
+
+
+class RaggedColumn(NamedTuple):
+    """A column of variable-length rows stored flat: row ``i`` is ``values[offsets[i]:offsets[i + 1]]``.
+
+    The layout of an Arrow ``ListArray`` (``offsets`` has one entry more than there are rows), in numpy arrays
+    or 1-D tensors. Nothing is copied until the padded batch is written.
+
+    Example:
+        >>> RaggedColumn(np.array([5, 6, 7, 8]), np.array([0, 3, 4])).rows()
+        [[5, 6, 7], [8]]
+    """
+
+    values: Any
+    offsets: Any
+
+    def rows(self) -> list[list[Any]]:
+        """The rows as Python lists (what the row path would have received)."""
+        values, offsets = np.asarray(self.values), np.asarray(self.offsets).tolist()
+        return [values[start:end].tolist() for start, end in zip(offsets[:-1], offsets[1:])]
+
+
+class RowInputs:
+    """A batch given as row dicts (or bare id sequences, read as ``{'input_ids': row}``)."""
+
+    def __init__(self, rows: Any) -> None:
+        self.rows = as_mapping_rows(rows)
+        self.keys = list(self.rows[0])
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def values(self, key: str) -> list[Any]:
+        """The value of ``key`` in every row."""
+        return column(self.rows, key)
+
+    def ids(self, key: str, *, allow_bool: bool = False) -> tuple[Any, torch.Tensor]:
+        """Every row's ids under ``key`` concatenated (a new array), and each row's length (int64 tensor)."""
+        return flatten_ids(self.values(key), key, allow_bool=allow_bool)
+
+
+def _is_arrow(value: Any) -> bool:
+    return type(value).__module__.startswith("pyarrow")
+
+
+def _column_length(key: str, value: Any) -> int:
+    if isinstance(value, RaggedColumn):
+        return len(value.offsets) - 1
+    if isinstance(value, (list, tuple, np.ndarray, torch.Tensor)) or _is_arrow(value):
+        return len(value)
+    raise TypeError(
+        f"column {key!r} should be a list of per-row values, a numpy array or tensor (first dimension = rows), a "
+        f"pyarrow Array or ChunkedArray, or a RaggedColumn(values, offsets), but got {type(value).__name__}"
+    )
+
+
+def _arrow_ragged(array: Any) -> RaggedColumn | None:
+    """Offsets and values of a pyarrow list array of plain integers or bools, or None when it is anything else."""
+    import pyarrow as pa
+
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
+    if not (pa.types.is_list(array.type) or pa.types.is_large_list(array.type)) or array.null_count:
+        return None
+    values = array.values
+    if values.null_count or not (pa.types.is_integer(values.type) or pa.types.is_boolean(values.type)):
+        return None
+    return RaggedColumn(values.to_numpy(zero_copy_only=False), array.offsets.to_numpy())
+
+
+class ColumnInputs:
+    """A batch given as ``{key: column}``; see :meth:`collators.text.TextCollator.collate_columns`."""
+
+    def __init__(self, columns: Mapping[str, Any]) -> None:
+        if not isinstance(columns, Mapping):
+            raise TypeError(f"columns should be a mapping of column name to column, but got {type(columns).__name__}")
+        self.columns = dict(columns)
+        self.keys = list(self.columns)
+        lengths = {key: _column_length(key, value) for key, value in self.columns.items()}
+        self.size = next(iter(lengths.values()), 0)
+        if self.size == 0:
+            raise ValueError("rows should hold at least one row, but got an empty list (an empty batch)")
+        for key, length in lengths.items():
+            if length != self.size:
+                raise ValueError(
+                    f"column {key!r} has {length} rows but column {self.keys[0]!r} has {self.size}; every column "
+                    f"of a batch should hold one entry per row"
+                )
+        self._ragged: dict[str, RaggedColumn | None] = {}
+
+    def __len__(self) -> int:
+        return self.size
+
+    def _as_ragged(self, key: str) -> RaggedColumn | None:
+        if key not in self._ragged:
+            value = self.columns[key]
+            if isinstance(value, RaggedColumn):
+                ragged = RaggedColumn(np.asarray(value.values), np.asarray(value.offsets))
+                if ragged.values.ndim != 1 or ragged.offsets.ndim != 1 or ragged.offsets.dtype.kind not in "iu":
+                    raise TypeError(f"column {key!r}: a RaggedColumn needs 1-D values and 1-D integer offsets")
+            else:
+                ragged = _arrow_ragged(value) if _is_arrow(value) else None
+            self._ragged[key] = ragged
+        return self._ragged[key]
+
+    def values(self, key: str) -> list[Any]:
+        """Row ``i``'s value of ``key`` as a Python value (lists for token columns), as a row dict would hold it."""
+        value = self.columns[key]
+        if isinstance(value, RaggedColumn):
+            return value.rows()
+        if _is_arrow(value):
+            return value.to_pylist()
+        if isinstance(value, (np.ndarray, torch.Tensor)):
+            return value.tolist()
+        return list(value)
+
+    def ids(self, key: str, *, allow_bool: bool = False) -> tuple[Any, torch.Tensor]:
+        """Flat ids of ``key`` and each row's length, read straight from the offsets when the column allows it."""
+        ragged = self._as_ragged(key)
+        kinds = "iub" if allow_bool else "iu"
+        if ragged is None or ragged.values.dtype.kind not in kinds:
+            return flatten_ids(self.values(key), key, allow_bool=allow_bool)  # the row path's checks and errors
+        offsets = ragged.offsets.astype(np.int64, copy=False)
+        lengths = np.diff(offsets)
+        if len(lengths) and lengths.min() < 0:
+            raise ValueError(f"column {key!r}: RaggedColumn offsets should not decrease, but got {offsets.tolist()}")
+        flat = ragged.values[offsets[0]:offsets[-1]]
+        if flat.dtype.kind == "u" and flat.dtype.itemsize == 8:
+            flat = flat.astype(np.int64)  # as np.array(list) + astype(int64) does on the row path
+        return flat, torch.from_numpy(lengths)
+
+
+def batch_inputs(rows: Any) -> RowInputs | ColumnInputs:
+    """Columns when ``rows`` can hand them over (``rows.to_columns()``, e.g. an Arrow-backed batch), else rows."""
+    to_columns = getattr(rows, "to_columns", None)
+    if callable(to_columns) and not isinstance(rows, (Mapping, str, bytes)):
+        columns = to_columns()
+        if columns is not None:
+            return ColumnInputs(columns)
+    return RowInputs(rows)
