@@ -115,10 +115,9 @@ def _restart_workers(loader: DataLoader, epoch: int, allowed: bool) -> bool:
 
 
 def _epoch_finished(loader: DataLoader, iterator: Any) -> bool:
-    finished = getattr(iterator, "_finished", None)  # torchdata's StatefulDataLoader iterators record it
-    if finished is not None:
-        return bool(finished)
-    try:  # torch's iterator: finished when everything the sampler planned has been yielded
+    if getattr(iterator, "_finished", False):  # torchdata's iterators record a StopIteration
+        return True
+    try:  # finished when every planned batch was yielded (Lightning stops at len(loader), before StopIteration)
         return iterator._num_yielded >= len(loader)
     except TypeError:  # no length (IterableDataset): cannot tell, so do not drop prepared batches
         return False

@@ -15,7 +15,7 @@ from collators.default import DefaultCollator
 from engine.collate import SeededCollate
 from engine.config import DataLoaderConfig
 from engine.rng import derive_seed, generator_from, seed_worker
-from engine.samplers import SeededBatchSampler
+from engine.samplers import EpochHandle, SeededBatchSampler
 from engine.sources import as_source
 
 
@@ -75,9 +75,9 @@ class DataLoaderFactory:
             loader_class = PassAwareLoader if callable(getattr(dataset, "begin_pass", None)) else StatefulDataLoader
             return loader_class(dataset, batch_size=config.batch_size, drop_last=config.drop_last, **common)
         source = as_source(dataset)
+        check_picklable(source, collate, kwargs)
         if batch_sampler is not None:
-            check_picklable(source, collate, kwargs)
-            return StatefulDataLoader(source, batch_sampler=batch_sampler, **common)
+            return _attach_epoch_handle(StatefulDataLoader(source, batch_sampler=batch_sampler, **common))
         sampler = SeededBatchSampler(
             len(source),
             config.batch_size,
@@ -88,8 +88,7 @@ class DataLoaderFactory:
             rank=rank,
             uneven=uneven,
         )
-        check_picklable(source, collate, kwargs)
-        return StatefulDataLoader(source, batch_sampler=sampler, **common)
+        return _attach_epoch_handle(StatefulDataLoader(source, batch_sampler=sampler, **common))
 
 
 class PassAwareLoader(StatefulDataLoader):
@@ -99,6 +98,13 @@ class PassAwareLoader(StatefulDataLoader):
     def __iter__(self) -> Any:
         self.dataset.begin_pass()
         return super().__iter__()
+
+
+def _attach_epoch_handle(loader: StatefulDataLoader) -> StatefulDataLoader:
+    handle = getattr(loader.batch_sampler, "sampler", None)
+    if isinstance(handle, EpochHandle):  # Lightning's per-epoch set_epoch then reaches the datasets too
+        handle.attach(loader)
+    return loader
 
 
 def check_picklable(dataset: Any, collate_fn: Any, kwargs: dict[str, Any]) -> None:

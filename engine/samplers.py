@@ -7,12 +7,14 @@ The order of an epoch is a pure function of (seed, epoch): iterating again gives
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch.utils.data import Sampler
 
+from engine.epochs import set_epoch as set_loader_epoch
 from engine.rng import batch_seed, derive_seed, generator_from
 
 UNEVEN_POLICIES = ("pad", "drop")
@@ -25,14 +27,26 @@ class BatchIndices(list):
 
 
 class EpochHandle:
-    """What Lightning reads as ``batch_sampler.sampler``: it calls ``set_epoch`` there at every epoch start,
-    and this forwards it to the batch sampler that owns the order."""
+    """What Lightning reads as ``batch_sampler.sampler``: it calls ``set_epoch`` there at every epoch start.
+    This forwards it to the batch sampler that owns the order and, once :meth:`attach` gave it the loader, to
+    every dataset on the loader's path that defines ``set_epoch`` (curriculum datasets)."""
 
     def __init__(self, owner: EpochBatchSampler) -> None:
         self.owner = owner
+        self._loader: weakref.ref[Any] | None = None
+
+    def attach(self, loader: Any) -> None:
+        self._loader = weakref.ref(loader)
 
     def set_epoch(self, epoch: int) -> None:
-        self.owner.set_epoch(epoch)
+        loader = self._loader() if self._loader is not None else None
+        if loader is None:
+            self.owner.set_epoch(epoch)
+        else:
+            set_loader_epoch(loader, epoch)  # reaches self.owner too, and restarts workers holding a stale dataset
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"owner": self.owner, "_loader": None}
 
 
 class EpochBatchSampler(Sampler[list[int]]):
