@@ -107,6 +107,13 @@ def _attach_epoch_handle(loader: StatefulDataLoader) -> StatefulDataLoader:
     return loader
 
 
+def check_workers_can_start(dataset: Any, config: DataLoaderConfig) -> None:
+    """Raise now, at setup, if worker processes under this config could not receive ``dataset`` and its collator."""
+    kwargs, _ = config.resolve()
+    collate = SeededCollate(config.collate_fn if config.collate_fn is not None else DefaultCollator())
+    check_picklable(dataset, collate, kwargs)
+
+
 def check_picklable(dataset: Any, collate_fn: Any, kwargs: dict[str, Any]) -> None:
     """Fail now, not inside a worker, when spawned workers would have to pickle what cannot be pickled."""
     if kwargs["num_workers"] == 0:

@@ -14,7 +14,7 @@ from engine.collate import build_collator
 from engine.config import DataLoaderConfig
 from engine.device import DeviceNormalize
 from engine.distributed import check_trainer_keeps_our_samplers, resolve_world
-from engine.factory import DataLoaderFactory
+from engine.factory import DataLoaderFactory, check_workers_can_start
 from engine.inputs import check_inputs
 from engine.module_state import ResumableState
 from engine.options import check_data_arguments, check_stream_batching, device_normalize_kwargs
@@ -185,6 +185,8 @@ class UniversalDataModule(ResumableState, lightning.LightningDataModule):
                 if self.test_split:
                     sources["test"] = train.view(self.split_plan.test)
         self.datasets = sources
+        for role, source in sources.items():  # spawned workers must be able to receive data and collator
+            check_workers_can_start(source, self.train_config if role == "train" else self.eval_config)
         if self.validate and "train" in sources:  # a throwaway loader: the real one's state is untouched
             probe = self._factory.create_dataloader(sources["train"], self.train_config, rank=self.rank,
                                                     num_replicas=self.world_size, uneven=self.uneven)

@@ -216,11 +216,11 @@ class TestErrors:
             with pytest.raises(RuntimeError, match="factory exploded"):
                 UniversalDataModule(token_tensors, task_spec=TaskSpec.lm_tiny())
 
-    def test_unpicklable_collate_fn_with_spawned_workers(self, token_tensors):
+    def test_unpicklable_collate_fn_with_spawned_workers_fails_at_setup(self, token_tensors):
         dm = UniversalDataModule(token_tensors, collate_fn=lambda rows: rows, num_workers=2, seed=0)
         dm.train_config.multiprocessing_context = "spawn"
         with pytest.raises(TypeError, match="cannot be pickled.*Define it at module level"):
-            dm.train_dataloader()
+            dm.setup("fit")
 
 
 class TestStateAndSummary:
