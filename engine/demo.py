@@ -93,8 +93,10 @@ def run_task(task: str, *, steps: int, quick: bool = False, seed: int = 0, batch
         torch.manual_seed(seed)
         spec, data, model = BUILDERS[task](tokenizer, quick)
     text = spec.modality == "text"
+    # Text and audio batches are length-grouped (mega-batches sorted by length, then shuffled): far less padding.
     dm = UniversalDataModule(data, task_spec=spec, tokenizer=tokenizer if text else None, batch_size=batch_size,
-                             val_split=0.1, num_workers=0, seed=seed)
+                             val_split=0.1, num_workers=0, seed=seed,
+                             batching="grouped" if spec.modality in ("text", "audio") else None)
     dm.setup("fit")
     val_batches = [batch for _, batch in zip(range(EVAL_BATCHES), dm.val_dataloader())]
     val_start = model.mean_loss(val_batches)
@@ -112,6 +114,7 @@ def run_task(task: str, *, steps: int, quick: bool = False, seed: int = 0, batch
         "modality": spec.modality,
         "split_sizes": dict(dm.split_sizes),
         "collator": resolution.chosen.name,
+        "batching": dm.batching,
         "reason": resolution.reason,
         "batch_shapes": {key: list(shape) for key, shape in model.batch_shapes.items()},
         "padding_share": model.padding_share,
@@ -139,7 +142,8 @@ def format_row(row: dict[str, Any]) -> str:
         ("splits", " / ".join(f"{name} {size}" for name, size in splits.items())),
         ("collator", f"{row['collator']!r}: {row['reason']}"),
         ("batch", ("\n" + " " * 17).join(shape_lines)),
-        ("padding share", "n/a (no attention_mask)" if share is None else f"{share:.1%} of positions"),
+        ("padding share", "n/a (no attention_mask)" if share is None
+         else f"{share:.1%} of positions ({row['batching']} batching)"),
         ("train loss", f"{row['loss_start']:.3f} -> {row['loss_end']:.3f}  (mean of first/last {WINDOW} "
                        f"of {row['steps']} steps)"),
         ("val loss", f"{row['val_loss_start']:.3f} -> {row['val_loss_end']:.3f}  ({EVAL_BATCHES} fixed batches)"),
