@@ -28,18 +28,20 @@ def trainer(**kwargs):
                              enable_model_summary=False, num_sanity_val_steps=0, **kwargs)
 
 
+@pytest.mark.parametrize("batching", ["plain", "grouped"])
 @pytest.mark.parametrize("workers", [0, 2])
-def test_resume_from_mid_epoch_and_epoch_end_checkpoints_sees_the_remaining_batches(tmp_path, workers):
+def test_resume_from_mid_epoch_and_epoch_end_checkpoints_sees_the_remaining_batches(tmp_path, workers, batching):
     assert SPEC.task_type == "masked_lm"  # masks are random: they must match after resume too
     full = Recorder()
     mid_epoch = ModelCheckpoint(dirpath=tmp_path / "steps", every_n_train_steps=7, save_top_k=-1)
     epoch_end = ModelCheckpoint(dirpath=tmp_path / "epochs", every_n_epochs=1, save_top_k=-1)
-    trainer(callbacks=[mid_epoch, epoch_end]).fit(full, datamodule=module(workers))
+    trainer(callbacks=[mid_epoch, epoch_end]).fit(full, datamodule=module(workers, batching=batching))
     assert len(full.seen) == 15  # 40 training rows, batch 8: 5 steps per epoch, 3 epochs
     for checkpoint, done in ((tmp_path / "steps" / "epoch=1-step=7.ckpt", 7),
                              (tmp_path / "epochs" / "epoch=0-step=5.ckpt", 5)):
         resumed = Recorder()
-        trainer(enable_checkpointing=False).fit(resumed, datamodule=module(workers), ckpt_path=checkpoint)
+        trainer(enable_checkpointing=False).fit(resumed, datamodule=module(workers, batching=batching),
+                                                ckpt_path=checkpoint)
         assert resumed.seen == full.seen[done:], checkpoint.name
 
 
