@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
 
@@ -28,3 +30,23 @@ def check_trainer_keeps_our_samplers(trainer: Any) -> None:
             "with DistributedSampler (use_distributed_sampler=True is Lightning's default). Create the Trainer with "
             "lightning.Trainer(..., use_distributed_sampler=False)"
         )
+
+
+def stop_together(batches: Iterator[Any]) -> Iterator[Any]:
+    """Yield ``batches`` while every rank still has one: a pass ends on all ranks when the first runs out.
+
+    For streams, whose ranks can hold a few more or fewer rows than each other: a rank that went on alone would
+    wait forever in the next collective (datasets #6437, Lightning #20404). One small all-reduce per batch; the
+    longer ranks' last batches of the pass are dropped.
+    """
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None
+    while True:
+        try:
+            batch, has_batch = next(batches), 1
+        except StopIteration:
+            batch, has_batch = None, 0
+        everyone = torch.tensor([has_batch], device=device)
+        dist.all_reduce(everyone, op=dist.ReduceOp.MIN)
+        if not int(everyone.item()):
+            return
+        yield batch

@@ -8,12 +8,14 @@ import secrets
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch.utils.data import IterableDataset, Sampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from collators.default import DefaultCollator
 from engine.collate import SeededCollate
 from engine.config import DataLoaderConfig
+from engine.distributed import stop_together
 from engine.rng import derive_seed, generator_from, seed_worker
 from engine.samplers import EpochHandle, SeededBatchSampler
 from engine.sources import as_source
@@ -93,11 +95,15 @@ class DataLoaderFactory:
 
 class PassAwareLoader(StatefulDataLoader):
     """A loader that tells its iterable dataset, in this (the parent) process, that a pass starts: state such as
-    the epoch that ``datasets`` shares with worker processes must be set here, never in the workers."""
+    the epoch that ``datasets`` shares with worker processes must be set here, never in the workers. When the
+    dataset is one rank's share of a stream, every rank ends the pass together (see ``stop_together``)."""
 
     def __iter__(self) -> Any:
         self.dataset.begin_pass()
-        return super().__iter__()
+        batches = super().__iter__()
+        if getattr(self.dataset, "world_size", 1) > 1 and dist.is_available() and dist.is_initialized():
+            return stop_together(batches)
+        return batches
 
 
 def _attach_epoch_handle(loader: StatefulDataLoader) -> StatefulDataLoader:

@@ -45,7 +45,7 @@ class EpochStream(IterableDataset):
     def __init__(self, stream: Any, *, rank: int = 0, world_size: int = 1) -> None:
         if world_size > 1:
             stream = split_dataset_by_node(stream, rank=rank, world_size=world_size)
-        self.stream = stream
+        self.stream, self.world_size = stream, world_size
         self._advance = False  # whether the next pass starts a new epoch
         self._resume: Any = None  # a copy of the stream that continues a saved pass
         self._current: Any = None  # the stream being iterated, whose position state_dict() reports

@@ -58,3 +58,13 @@ def test_lightning_ddp_with_our_samplers(tmp_path):
         assert len(set(shards[0]) | set(shards[1])) == TRAIN_ROWS and len(set(shards[0]) & set(shards[1])) == 1
     val = ranks[0]["val"] + ranks[1]["val"]
     assert len(val) == VAL_ROWS and len(set(val)) == VAL_ROWS
+
+
+def test_stream_ranks_get_equal_batch_counts_and_disjoint_rows(tmp_path):
+    ranks = torchrun("_torchrun_stream.py", tmp_path, "0")
+    for epoch in range(2):
+        counts = [r["batches"][epoch] for r in ranks]
+        shards = [r["train"][epoch] for r in ranks]
+        assert counts == [5, 5]  # 21 and 20 rows: the rank with a 6th batch stops with the other
+        assert not set(shards[0]) & set(shards[1])
+        assert len(set(shards[0]) | set(shards[1])) == 40  # one row of the longer rank's last batch is dropped
