@@ -18,8 +18,17 @@ class ResumableState:
 
         Saving costs microseconds at ``num_workers=0``: the fingerprints are computed once at setup.
         """
-        self.setup()
+        identity = self.identity()
         loader = self._train_loader
+        return {
+            **identity,
+            "epoch": self._epoch_of(loader),
+            "train_loader": loader.state_dict() if loader is not None else self._pending_loader_state,
+        }
+
+    def identity(self) -> dict[str, Any]:
+        """What a saved state must match to be loaded here: version, seed, fingerprints, ranks and workers."""
+        self.setup()
         return {
             "version": STATE_VERSION,
             "seed": self.seed,
@@ -27,8 +36,6 @@ class ResumableState:
             "split_fingerprint": self.split_plan.fingerprint if self.split_plan else None,
             "world_size": self.world_size,
             "num_workers": self.train_config.num_workers,
-            "epoch": self._epoch_of(loader),
-            "train_loader": loader.state_dict() if loader is not None else self._pending_loader_state,
         }
 
     @staticmethod
@@ -43,8 +50,7 @@ class ResumableState:
         Raises if the state was saved from other data, seed, splits or number of ranks. A train loader
         already handed out is replaced; iterators still running over it raise rather than yield stale rows.
         """
-        self.setup()
-        check_compatible(state_dict, self.state_dict())
+        check_compatible(state_dict, self.identity())  # not state_dict(): that would query the loader too
         if self._stream is not None and state_dict.get("train_loader"):
             check_resumable(self._stream)
         if self._train_loader is not None and hasattr(self._train_loader.batch_sampler, "retire"):

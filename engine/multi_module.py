@@ -94,7 +94,7 @@ class MultiDataModule(UniversalDataModule):
     def state_dict(self) -> dict[str, Any]:
         """Each child's data fingerprints, and the schedule with every child's loader position."""
         self.setup()
-        children = {name: {**child.state_dict(), "train_loader": None} for name, child in self.children.items()}
+        children = {name: child.identity() for name, child in self.children.items()}  # positions are in "multi"
         loader = self._train_loader.state_dict() if self._train_loader is not None else self._pending_loader_state
         return {"version": STATE_VERSION, "children": children, "multi": loader}
 

@@ -74,6 +74,13 @@ class TestPlainLoop:
                 pass
         assert run(dm, 2) == run(module(), 3)[1:]
 
+    def test_loading_does_not_start_workers_on_a_loader_that_was_never_iterated(self):
+        state = module(2).state_dict()
+        dm = module(2)
+        unused = dm.train_dataloader()
+        dm.load_state_dict(state)
+        assert unused._iterator is None  # torchdata creates one (and its workers) on state_dict(); none was needed
+
     def test_state_survives_a_round_trip_through_state_dict_before_any_batch(self):
         dm = module()
         state = dm.state_dict()
