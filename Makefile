@@ -23,7 +23,7 @@ install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
 
 demo: install
-	$(PY) -m engine demo
+	$(PY) -m demo
 
 bench: install
 	$(PY) -m benchmarks

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from engine.batching import LengthGroupedBatchSampler, TokenBudgetBatchSampler
-from engine.samplers import SeededBatchSampler
+from engine.sampling.length import LengthGroupedBatchSampler, TokenBudgetBatchSampler
+from engine.sampling.seeded import SeededBatchSampler
 
 BATCH_SIZE = 32
 MAX_TOKENS = 8192  # about 32 rows of the mean length 272, so batch counts are comparable

@@ -2,7 +2,7 @@
 
 Anchor: what a torchvision pipeline does in the loader, per image ``ToDtype(float32, scale=True)`` and
 ``Normalize``, then ``default_collate``. Ours: ``VisionCollator(keep_uint8=True)``, then
-:class:`engine.device.DeviceNormalize` after the transfer. Outputs are checked equal (1e-6) before timing.
+:class:`engine.tools.device.DeviceNormalize` after the transfer. Outputs are checked equal (1e-6) before timing.
 Timed with one thread, as in a DataLoader worker (torch sets one thread per worker); min over repeats.
 With CUDA, also the pinned H2D copy (uint8 vs float32) and the on-device normalize.
 """
@@ -18,7 +18,7 @@ import torchvision.transforms.v2 as T
 from torch.utils.data import default_collate
 
 from collators.vision import NORMALIZATION_PRESETS, VisionCollator
-from engine.device import DeviceNormalize
+from engine.tools.device import DeviceNormalize
 
 MEAN, STD = NORMALIZATION_PRESETS["imagenet"]
 TARGET = ">= 20x cheaper host collate than per-sample float Normalize; equal within 1e-6"

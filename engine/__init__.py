@@ -1,25 +1,25 @@
 """The data-loading engine: configs, loader factory, samplers, the UniversalDataModule and its utilities."""
 
 from collators import CollatorRegistry
-from engine.batching import LengthGroupedBatchSampler, TokenBudgetBatchSampler
 from engine.config import DataLoaderConfig
-from engine.device import DeviceNormalize, normalize_on_device
 from engine.epochs import set_epoch
 from engine.factory import DataLoaderFactory
-from engine.module import UniversalDataModule
-from engine.monitor import DataMonitor, DataMonitorCallback
-from engine.multi import MultiDataLoader, build_multi_loader
-from engine.multi_config import EpochLengthPolicy, MultiDataLoaderConfig, SamplingStrategy
-from engine.multi_module import MultiDataModule
+from engine.module import MultiDataModule, UniversalDataModule
+from engine.multi.config import EpochLengthPolicy, MultiDataLoaderConfig, SamplingStrategy
+from engine.multi.loader import MultiDataLoader, build_multi_loader
 from engine.protocol import DataModuleProtocol
 from engine.rng import derive_seed
-from engine.samplers import SeededBatchSampler, ShardedEvalBatchSampler
-from engine.split_files import create_loader, load_split_indices
+from engine.sampling.eval import ShardedEvalBatchSampler
+from engine.sampling.length import LengthGroupedBatchSampler, TokenBudgetBatchSampler
+from engine.sampling.seeded import SeededBatchSampler
 from engine.splits import SplitPlan, plan_splits
-from engine.steps import Batch, get_epoch_length, get_train_dataloader_steps, get_val_dataloader_steps
-from engine.transfer import move_to_device
-from engine.tuning import recommend_num_workers
-from engine.validation import BatchValidationError, ValidationReport, validate_first_batch
+from engine.tools.device import DeviceNormalize, normalize_on_device
+from engine.tools.monitor import DataMonitor, DataMonitorCallback
+from engine.tools.split_files import create_loader, load_split_indices
+from engine.tools.steps import Batch, get_epoch_length, get_train_dataloader_steps, get_val_dataloader_steps
+from engine.tools.transfer import move_to_device
+from engine.tools.tuning import recommend_num_workers
+from engine.tools.validation import BatchValidationError, ValidationReport, validate_first_batch
 
 __all__ = [
     "Batch",

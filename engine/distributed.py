@@ -9,13 +9,18 @@ import torch
 import torch.distributed as dist
 
 
+def rank_and_world() -> tuple[int, int] | None:
+    """``(rank, world_size)`` of the default process group, or None when ``torch.distributed`` is not initialized."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return None
+
+
 def resolve_world(trainer: Any = None) -> tuple[int, int]:
     """(rank, world size): from a Lightning trainer when attached, else from ``torch.distributed``, else (0, 1)."""
     if trainer is not None:
         return int(trainer.global_rank), int(trainer.world_size)
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
+    return rank_and_world() or (0, 1)
 
 
 def check_trainer_keeps_our_samplers(trainer: Any) -> None:

@@ -23,6 +23,8 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
+from engine._checks import check_int
+
 _UNKNOWN = object()
 _STALE_WORKERS: weakref.WeakSet[DataLoader] = weakref.WeakSet()
 """Loaders whose live workers hold a dataset from before a ``set_epoch`` that could not restart them."""
@@ -70,8 +72,7 @@ def set_epoch(loader: DataLoader, epoch: int, *, restart_workers: bool = True) -
         >>> set_epoch(loader, 3), loader.batch_sampler.epoch
         (['batch_sampler'], 3)
     """
-    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
-        raise ValueError(f"epoch should be an int >= 0, but got epoch={epoch!r}")
+    epoch = check_int("epoch", epoch, minimum=0)
     if not isinstance(loader, DataLoader):
         raise TypeError(f"set_epoch takes a DataLoader, but got {type(loader).__name__}; for a data module pass "
                         f"dm.train_dataloader()")
@@ -89,6 +90,20 @@ def set_epoch(loader: DataLoader, epoch: int, *, restart_workers: bool = True) -
     if (dataset_changed or loader in _STALE_WORKERS) and _restart_workers(loader, epoch, restart_workers):
         reached.append("workers restarted")
     return reached
+
+
+def reach_epoch(loader: Any, epoch: int) -> None:
+    """``set_epoch`` for any loader a multi-loader holds: a DataLoader through :func:`set_epoch` (samplers, datasets,
+    stale workers); another iterable through its own ``set_epoch`` and its samplers' and dataset's, if defined."""
+    if isinstance(loader, DataLoader):
+        set_epoch(loader, epoch)
+        return
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    targets = (loader, getattr(loader, "sampler", None), batch_sampler, getattr(batch_sampler, "sampler", None),
+               getattr(loader, "dataset", None))
+    for target in {id(t): t for t in targets if t is not None}.values():
+        if callable(getattr(target, "set_epoch", None)):
+            target.set_epoch(epoch)
 
 
 def _restart_workers(loader: DataLoader, epoch: int, allowed: bool) -> bool:

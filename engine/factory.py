@@ -1,4 +1,8 @@
-"""DataLoaderFactory: builds resumable, reproducible ``torchdata`` StatefulDataLoaders from a config."""
+"""DataLoaderFactory: the one place where batch samplers and ``torchdata`` StatefulDataLoaders are built.
+
+Stage 4 of a batch's path: a source (stage 1, split in stage 2) and a sampler (stage 3) become a resumable,
+reproducible loader whose collate function (stage 5) gets each batch's seed.
+"""
 
 from __future__ import annotations
 
@@ -8,24 +12,27 @@ import secrets
 from typing import Any
 
 import torch
-import torch.distributed as dist
-from torch.utils.data import IterableDataset, Sampler
+from torch.utils.data import BatchSampler, IterableDataset, Sampler, SequentialSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from collators.default import DefaultCollator
-from engine.collate import SeededCollate
 from engine.config import DataLoaderConfig
-from engine.distributed import stop_together
+from engine.loader import PassAwareLoader, ResumableLoader
 from engine.rng import derive_seed, generator_from, seed_worker
-from engine.samplers import EpochHandle, SeededBatchSampler
-from engine.sources import as_source
+from engine.sampling.base import EpochBatchSampler, EpochHandle
+from engine.sampling.eval import ShardedEvalBatchSampler
+from engine.sampling.length import LengthGroupedBatchSampler, TokenBudgetBatchSampler
+from engine.sampling.seeded import SeededBatchSampler
+from engine.seeded_collate import SeededCollate
+from engine.sources.adapt import as_source
+from engine.sources.lengths import lengths_of
 
 
 class DataLoaderFactory:
     """Creates loaders whose order and randomness are functions of the seed and the epoch.
 
     Map-style data is adapted to a source with batched fetch and sampled by a
-    :class:`engine.samplers.SeededBatchSampler` (new seeded order each epoch, resumable state);
+    :class:`engine.sampling.seeded.SeededBatchSampler` (new seeded order each epoch, resumable state);
     the loader is a ``torchdata.stateful_dataloader.StatefulDataLoader``.
 
     Example:
@@ -79,7 +86,7 @@ class DataLoaderFactory:
         source = as_source(dataset)
         check_picklable(source, collate, kwargs)
         if batch_sampler is not None:
-            return _attach_epoch_handle(StatefulDataLoader(source, batch_sampler=batch_sampler, **common))
+            return _attach_epoch_handle(ResumableLoader(source, batch_sampler=batch_sampler, **common))
         sampler = SeededBatchSampler(
             len(source),
             config.batch_size,
@@ -90,20 +97,33 @@ class DataLoaderFactory:
             rank=rank,
             uneven=uneven,
         )
-        return _attach_epoch_handle(StatefulDataLoader(source, batch_sampler=sampler, **common))
+        return _attach_epoch_handle(ResumableLoader(source, batch_sampler=sampler, **common))
+
+    def eval_dataloader(self, source: Any, config: DataLoaderConfig, *, role: str = "val", rank: int = 0,
+                        num_replicas: int = 1) -> StatefulDataLoader:
+        """A loader that reads every row of ``source`` once across ranks, in storage order.
+
+        Prediction uses torch's own ``BatchSampler``, which Lightning wraps to track prediction indices.
+        """
+        if role == "predict":
+            sampler: Sampler[list[int]] = BatchSampler(SequentialSampler(source), config.batch_size, drop_last=False)
+        else:
+            sampler = ShardedEvalBatchSampler(len(source), config.batch_size, seed=config.seed or 0,
+                                              num_replicas=num_replicas, rank=rank)
+        return self.create_dataloader(source, config, batch_sampler=sampler)
 
 
-class PassAwareLoader(StatefulDataLoader):
-    """A loader that tells its iterable dataset, in this (the parent) process, that a pass starts: state such as
-    the epoch that ``datasets`` shares with worker processes must be set here, never in the workers. When the
-    dataset is one rank's share of a stream, every rank ends the pass together (see ``stop_together``)."""
-
-    def __iter__(self) -> Any:
-        self.dataset.begin_pass()
-        batches = super().__iter__()
-        if getattr(self.dataset, "world_size", 1) > 1 and dist.is_available() and dist.is_initialized():
-            return stop_together(batches)
-        return batches
+def batch_sampler_for(source: Any, *, batching: str, batch_size: int, seed: int, key: str | None = None,
+                      max_tokens: int | None = None, shuffle: bool = True, drop_last: bool = False,
+                      num_replicas: int = 1, rank: int = 0, uneven: str = "pad") -> EpochBatchSampler:
+    """The training batch sampler of a resolved ``batching`` mode (see :mod:`engine.sampling.modes`)."""
+    ranks = {"num_replicas": num_replicas, "rank": rank, "uneven": uneven}
+    if batching == "plain":
+        return SeededBatchSampler(len(source), batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last, **ranks)
+    lengths = lengths_of(source, key)
+    if batching == "grouped":
+        return LengthGroupedBatchSampler(lengths, batch_size, seed=seed, drop_last=drop_last, **ranks)
+    return TokenBudgetBatchSampler(lengths, int(max_tokens), seed=seed, **ranks)
 
 
 def _attach_epoch_handle(loader: StatefulDataLoader) -> StatefulDataLoader:

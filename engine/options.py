@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine._checks import check_int
+from engine.config import DataLoaderConfig
 from task_spec import TaskSpec
 
 
@@ -31,7 +33,7 @@ def device_normalize_kwargs(device_normalize: bool, collate_fn: Any, task_spec: 
         if collate_fn is not None or task_spec is None or task_spec.modality != "vision":
             raise ValueError("device_normalize=True keeps images uint8 in the registry's vision collator, so it "
                              "needs a vision task_spec and no collate_fn (a collate_fn that returns uint8 "
-                             "can be finished with engine.device.DeviceNormalize)")
+                             "can be finished with engine.tools.device.DeviceNormalize)")
         kwargs["keep_uint8"] = True
     return kwargs
 
@@ -40,3 +42,15 @@ def check_stream_batching(is_stream: bool, batching: str) -> None:
     if is_stream and batching != "plain":
         raise ValueError(f"batching={batching!r} needs every row's length up front, which a stream "
                          f"(datasets.IterableDataset) does not have; use batching='plain' or a map-style Dataset")
+
+
+def loader_configs(*, batch_size: int, eval_batch_size: int | None, shuffle: bool, drop_last: bool,
+                   num_workers: int, pin_memory: bool | None, prefetch_factor: int, persistent_workers: bool | None,
+                   seed: int) -> tuple[DataLoaderConfig, DataLoaderConfig]:
+    """The training and evaluation loader configs of a module; evaluation never shuffles or drops rows."""
+    shared = dict(num_workers=num_workers, pin_memory=pin_memory, prefetch_factor=prefetch_factor,
+                  persistent_workers=persistent_workers, seed=seed)
+    train = DataLoaderConfig(batch_size=batch_size, shuffle=shuffle, drop_last=drop_last, **shared)
+    if eval_batch_size is not None:
+        check_int("eval_batch_size", eval_batch_size, minimum=1)
+    return train, DataLoaderConfig(batch_size=eval_batch_size or batch_size, shuffle=False, **shared)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -66,3 +67,11 @@ def plan_splits(num_rows: int, *, val_split: float | int = 0, test_split: float 
         digest.update(len(part).to_bytes(8, "little"))
         digest.update(part.tobytes())
     return SplitPlan(num_rows, train, val, test, digest.hexdigest())
+
+
+def split_views(train: Any, plan: SplitPlan, *, val: bool, test: bool) -> dict[str, Any]:
+    """The ``train`` source cut by ``plan`` into views (no copies): ``train``, and ``val``/``test`` when asked for."""
+    views = {"train": train.view(plan.train) if val or test else train}
+    views.update({role: train.view(rows) for role, rows, wanted in (("val", plan.val, val), ("test", plan.test, test))
+                  if wanted})
+    return views

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,7 +29,13 @@ class FrozenDict(dict):
 
 
 def freeze(value: Any) -> Any:
-    """Return ``value`` with mappings turned into FrozenDicts and lists/sets into tuples, recursively."""
+    """Return ``value`` with mappings turned into FrozenDicts and lists/sets into tuples, recursively.
+
+    Integers of other types (``numpy.int64``, ...) become ``int``, so a size read from an array is accepted
+    and the spec stays a plain, JSON-friendly value; bools stay bools (and are refused where ints are expected).
+    """
+    if isinstance(value, numbers.Integral) and not isinstance(value, int):
+        return int(value)
     if isinstance(value, Mapping):
         return FrozenDict({key: freeze(item) for key, item in value.items()})
     if isinstance(value, (list, tuple)):

@@ -5,53 +5,32 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from task_spec._freeze import freeze
-from task_spec.presets import TaskSpecPresets
-
-MODALITIES = ("text", "vision", "audio", "multimodal", "tabular")
-TASK_TYPES = (
-    "causal_lm",
-    "masked_lm",
-    "classification",
-    "regression",
-    "seq2seq",
-    "token_classification",
+import task_spec.presets as _presets
+from task_spec import _checks
+from task_spec._replace import REMOVE, merge_changes
+from task_spec.choices import (
+    DEFAULT_INPUT_FIELDS,
+    KNOWN_KEYS,
+    LOSS_TYPES,
+    MODALITIES,
+    SUPERVISED_TASK_TYPES,
+    TASK_TYPES,
 )
-LOSS_TYPES = ("cross_entropy", "mse", "l1", "bce", "ctc", "none")
-SUPERVISED_TASK_TYPES = ("classification", "regression", "seq2seq", "token_classification")
-"""Task types whose rows must carry a target; language modelling derives its labels from the inputs."""
 
-DEFAULT_INPUT_FIELDS = {
-    "text": ("input_ids",),
-    "vision": ("pixel_values",),
-    "audio": ("input_values",),
-    "multimodal": ("pixel_values", "input_ids"),
-    "tabular": ("features",),
-}
-"""Input fields used when a spec names none: the conventional key for each modality."""
-
-
-class _ModalityDefault(tuple):
-    """Input fields that came from the modality's default, so a replaced modality brings its own default."""
-
-    __slots__ = ()
-
-
-def _choice_error(field_name: str, value: Any, allowed: tuple[str, ...]) -> ValueError:
-    return ValueError(
-        f"TaskSpec.{field_name} should be one of {', '.join(repr(a) for a in allowed)}, "
-        f"but got {field_name}={value!r}"
-    )
+__all__ = [
+    "DEFAULT_INPUT_FIELDS", "KNOWN_KEYS", "LOSS_TYPES", "MODALITIES", "REMOVE", "SUPERVISED_TASK_TYPES",
+    "TASK_TYPES", "TaskSpec",
+]
 
 
 @dataclass(frozen=True)
-class TaskSpec(TaskSpecPresets):
+class TaskSpec:
     """What the task is, so every stage of the data path can choose its behaviour from one value.
 
     A spec is immutable: mappings are frozen on construction and lists become tuples. Derive a variant
-    with :meth:`replace`. Two specs with the same field values compare (and hash) equal.
+    with :meth:`replace`, which merges mappings. Two specs with the same field values compare (and hash) equal.
 
     Example:
         >>> spec = TaskSpec(name="sentiment", task_type="classification", modality="text",
@@ -59,6 +38,9 @@ class TaskSpec(TaskSpecPresets):
         >>> spec.input_fields, spec.target_field, spec.num_classes
         (('input_ids',), 'labels', 3)
     """
+
+    REMOVE: ClassVar[Any] = REMOVE
+    """In :meth:`replace`, deletes a mapping key (``{'max_seq_len': TaskSpec.REMOVE}``) or empties a mapping."""
 
     name: str
     """Human-readable name, shown in summaries and errors."""
@@ -71,7 +53,7 @@ class TaskSpec(TaskSpecPresets):
     target_field: str | None = "labels"
     """Key of the target in rows and batches; None for tasks without one."""
     loss_type: str = "cross_entropy"
-    """One of LOSS_TYPES."""
+    """One of LOSS_TYPES; task_type='regression' needs 'mse' or 'l1'."""
     metrics: tuple[str, ...] = ()
     """Names of the metrics the task reports; informational for the data path."""
     special_tokens: Mapping[str, int] = field(default_factory=dict)
@@ -88,63 +70,25 @@ class TaskSpec(TaskSpecPresets):
     """Collator options: ``text_field``, ``padding_side``, ``normalization``, ``mlm_probability``, ..."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name.strip():
-            raise ValueError(f"TaskSpec.name should be a non-empty string, but got name={self.name!r}")
-        if self.modality not in MODALITIES:
-            raise _choice_error("modality", self.modality, MODALITIES)
-        if self.task_type not in TASK_TYPES:
-            raise _choice_error("task_type", self.task_type, TASK_TYPES)
-        if self.loss_type not in LOSS_TYPES:
-            raise _choice_error("loss_type", self.loss_type, LOSS_TYPES)
-        if not isinstance(self.model_family, str) or not self.model_family:
-            raise ValueError(
-                f"TaskSpec.model_family should be a non-empty string, but got model_family={self.model_family!r}"
-            )
-        if isinstance(self.input_fields, str):
-            raise TypeError(
-                f"TaskSpec.input_fields should be a sequence of field names, but got the string "
-                f"{self.input_fields!r}; write input_fields=({self.input_fields!r},)"
-            )
-        if isinstance(self.input_fields, _ModalityDefault) or not self.input_fields:
-            fields: tuple[str, ...] = _ModalityDefault(DEFAULT_INPUT_FIELDS[self.modality])
-        else:
-            fields = tuple(self.input_fields)
-        if any(not isinstance(name, str) or not name for name in fields):
-            raise ValueError(f"TaskSpec.input_fields should hold non-empty strings, but got {fields!r}")
-        if self.target_field is not None and (not isinstance(self.target_field, str) or not self.target_field):
-            raise ValueError(
-                f"TaskSpec.target_field should be a non-empty string or None, but got {self.target_field!r}"
-            )
-        if self.target_field is None and self.task_type in SUPERVISED_TASK_TYPES:
-            raise ValueError(
-                f"TaskSpec.target_field is None, but task_type={self.task_type!r} needs a target; "
-                f"set target_field='labels' (or the key your rows use)"
-            )
-        for name in ("special_tokens", "additional_config", "input_schema", "output_schema",
-                     "preprocessing_config"):
-            value = getattr(self, name)
-            if not isinstance(value, Mapping):
-                raise TypeError(f"TaskSpec.{name} should be a mapping, but got {type(value).__name__}: {value!r}")
-        for key, token_id in self.special_tokens.items():
-            if not isinstance(token_id, int) or isinstance(token_id, bool) or token_id < 0:
-                raise ValueError(
-                    f"TaskSpec.special_tokens[{key!r}] should be a non-negative int token id, but got {token_id!r}"
-                )
-        for key in ("max_seq_len", "vocab_size", "num_classes", "sample_rate", "max_target_len"):
-            value = self.additional_config.get(key)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
-                raise ValueError(
-                    f"TaskSpec.additional_config[{key!r}] should be a positive int, but got {value!r}"
-                )
+        _checks.check_scalars(self)
+        fields = _checks.input_fields(self)
+        _checks.check_target(self)
+        mappings = _checks.frozen_mappings(self)
+        _checks.check_consistency(self, fields, mappings)
         object.__setattr__(self, "input_fields", fields)
         object.__setattr__(self, "metrics", tuple(self.metrics))
-        for name in ("special_tokens", "additional_config", "input_schema", "output_schema",
-                     "preprocessing_config"):
-            object.__setattr__(self, name, freeze(getattr(self, name)))
+        for name, value in mappings.items():
+            object.__setattr__(self, name, value)
 
     def replace(self, **changes: Any) -> TaskSpec:
-        """Return a new spec with ``changes`` applied and validated; this spec is left unchanged."""
-        return dataclasses.replace(self, **changes)
+        """Return a new spec with ``changes`` applied and validated; this spec is left unchanged.
+
+        Mapping fields are merged: ``spec.replace(additional_config={"num_classes": 3})`` keeps the other keys.
+        A key given :data:`REMOVE` is deleted, and ``field=REMOVE`` empties that mapping.
+        ``dataclasses.replace`` still replaces whole mappings.
+        """
+        names = tuple(f.name for f in dataclasses.fields(self))
+        return dataclasses.replace(self, **merge_changes(self, names, changes))
 
     @property
     def is_supervised(self) -> bool:
@@ -165,3 +109,33 @@ class TaskSpec(TaskSpecPresets):
     def num_classes(self) -> int | None:
         """Number of classes for classification (``additional_config['num_classes']``)."""
         return self.additional_config.get("num_classes")
+
+    @classmethod
+    def lm_tiny(cls) -> TaskSpec:
+        """Causal language modelling: GPT-2 sized vocabulary, 128-token sequences, pad shares the eos id."""
+        return cls(**_presets.lm_tiny())
+
+    @classmethod
+    def mlm_tiny(cls) -> TaskSpec:
+        """Masked language modelling: BERT ids, 15% masking with the 80/10/10 replacement rule."""
+        return cls(**_presets.mlm_tiny())
+
+    @classmethod
+    def cls_tiny(cls) -> TaskSpec:
+        """Sequence classification into 2 classes from token ids (label key ``labels``)."""
+        return cls(**_presets.cls_tiny())
+
+    @classmethod
+    def seq2seq_tiny(cls) -> TaskSpec:
+        """Sequence to sequence (T5 sized vocabulary): inputs up to 128 tokens, targets up to 64."""
+        return cls(**_presets.seq2seq_tiny())
+
+    @classmethod
+    def vision_tiny(cls) -> TaskSpec:
+        """Image classification: 3x32x32 images, 4 classes, CIFAR-10 normalization."""
+        return cls(**_presets.vision_tiny())
+
+    @classmethod
+    def audio_tiny(cls) -> TaskSpec:
+        """Audio classification: 16 kHz mono waveforms up to 1 s, 4 classes, 40-band log-mel features."""
+        return cls(**_presets.audio_tiny())

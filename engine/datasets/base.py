@@ -16,9 +16,9 @@ from typing import Any, ClassVar
 import numpy as np
 from torch.utils.data import Dataset, IterableDataset
 
+from engine import distributed
 from engine.datasets.cache import ByteBudgetLRU
 from engine.datasets.modes import LoadingMode, resolve_mode
-from engine.datasets.streaming import rank_and_world
 
 __all__ = ["DEFAULT_BLOCK_ROWS", "DEFAULT_CACHE_BYTES", "FileDataset"]
 
@@ -56,7 +56,7 @@ class FileDataset(Dataset):
         self.num_rows = num_rows
         self.block_rows = block_rows
         self.cache = ByteBudgetLRU(cache_bytes) if self.mode is LoadingMode.CACHED else None
-        self._saved_rank = rank_and_world()
+        self._saved_rank = distributed.rank_and_world()
         for name in self._process_local:
             setattr(self, name, None)
         if self.mode is LoadingMode.EAGER:

@@ -12,17 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
-__all__ = ["ShardIterator", "StreamingMixin", "rank_and_world", "shard_blocks"]
+from engine import distributed
 
-
-def rank_and_world() -> tuple[int, int] | None:
-    """``(rank, world_size)`` of the default process group, or None when ``torch.distributed`` is not initialized."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return None
+__all__ = ["ShardIterator", "StreamingMixin", "shard_blocks"]
 
 
 def shard_blocks(num_rows: int, block_rows: int, shard: int, num_shards: int) -> Iterator[tuple[int, int]]:
@@ -50,7 +44,7 @@ class StreamingMixin(IterableDataset):
     _saved_rank: tuple[int, int] | None
 
     def _rank_world(self) -> tuple[int, int]:
-        return rank_and_world() or self._saved_rank or (0, 1)
+        return distributed.rank_and_world() or self._saved_rank or (0, 1)
 
     def __iter__(self) -> ShardIterator:
         rank, world = self._rank_world()
@@ -64,7 +58,7 @@ class StreamingMixin(IterableDataset):
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
-        state["_saved_rank"] = rank_and_world() or self._saved_rank
+        state["_saved_rank"] = distributed.rank_and_world() or self._saved_rank
         return state
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pickle
 import re
+import threading
+import time
 
 import pytest
 
@@ -10,20 +13,27 @@ from collators import CollatorRegistry, Resolution
 from task_spec import TaskSpec
 
 
+class Made(tuple):
+    """What the test factories return: ``(name, task_spec, kwargs)``, callable on rows like a collator."""
+
+    def __call__(self, rows):
+        return rows
+
+
 def make_default(task_spec=None, **kwargs):
-    return ("default", task_spec, kwargs)
+    return Made(("default", task_spec, kwargs))
 
 
 def make_text(task_spec=None, **kwargs):
-    return ("text", task_spec, kwargs)
+    return Made(("text", task_spec, kwargs))
 
 
 def make_text_lm(task_spec=None, **kwargs):
-    return ("text_lm", task_spec, kwargs)
+    return Made(("text_lm", task_spec, kwargs))
 
 
 def make_other(task_spec=None, **kwargs):
-    return ("other", task_spec, kwargs)
+    return Made(("other", task_spec, kwargs))
 
 
 class FactoryError(RuntimeError):
@@ -188,7 +198,7 @@ class TestResolve:
         )
         resolution = registry.resolve(TaskSpec.lm_tiny())
         assert resolution.chosen.name == "second"
-        reasons = dict((entry.name, why) for entry, why in resolution.candidates)
+        reasons = dict(resolution.candidates)
         assert "'second' was registered later" in reasons["first"]
 
     def test_override_counts_as_the_latest_registration(self):
@@ -208,7 +218,7 @@ class TestResolve:
         )
         resolution = registry.resolve(TaskSpec.lm_tiny())
         assert resolution.chosen.name == "default"
-        reasons = dict((entry.name, why) for entry, why in resolution.candidates)
+        reasons = dict(resolution.candidates)
         assert reasons["text_cls"] == "task_types ('classification',) exclude 'causal_lm'"
 
     def test_unknown_collator_name_lists_registered_names(self):
@@ -373,3 +383,143 @@ class TestUnregisterNamesContains:
         assert "text" in registry
         assert "vision" not in registry
         assert 3 not in registry
+
+
+class TestSelectionKeysAreChecked:
+    """An entry registered under a modality or task type no TaskSpec can have could never be chosen: refused."""
+
+    @pytest.mark.parametrize(("modality", "hint"), [("Text", " (did you mean 'text'?)"), ("speech", ""),
+                                                    ("visoin", " (did you mean 'vision'?)")])
+    def test_unknown_modality_lists_the_valid_ones(self, modality, hint):
+        registry = CollatorRegistry()
+        expected = (
+            f"register('mine') modality should be one of 'text', 'vision', 'audio', 'multimodal', 'tabular' or None, "
+            f"but got modality={modality!r}{hint}; no TaskSpec has it, so the entry could never be chosen"
+        )
+        with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
+            registry.register("mine", modality=modality)(make_text)
+        assert "mine" not in registry
+
+    def test_non_string_modality_is_a_type_error(self):
+        with pytest.raises(TypeError, match=re.escape("modality should be one of 'text'")):
+            CollatorRegistry().register("mine", modality=3)
+
+    def test_misspelled_task_type_lists_the_valid_ones(self):
+        registry = CollatorRegistry()
+        expected = (
+            "register('mine') task_types should hold values of 'causal_lm', 'masked_lm', 'classification', "
+            "'regression', 'seq2seq', 'token_classification', but got 'classifcation' in "
+            "task_types=('classifcation',) (did you mean 'classification'?)"
+        )
+        with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
+            registry.register("mine", modality="text", task_types=("classifcation",))(make_text)
+        with pytest.raises(ValueError, match=re.escape("but got 'Causal_LM' in task_types=('Causal_LM',)")):
+            registry.register("mine", modality="text", task_types="Causal_LM")
+        assert registry.names() == []
+
+    def test_empty_task_types_are_refused(self):
+        with pytest.raises(ValueError, match=re.escape("or be None for every task type, but got task_types=()")):
+            CollatorRegistry().register("mine", modality="text", task_types=[])
+
+    def test_task_types_without_a_modality_are_refused(self):
+        expected = "register('mine') task_types need a modality, but got modality=None with task_types=('causal_lm',)"
+        with pytest.raises(ValueError, match=f"^{re.escape(expected)}"):
+            CollatorRegistry().register("mine", task_types=("causal_lm",))
+
+    def test_every_valid_key_is_accepted(self):
+        from task_spec import MODALITIES, TASK_TYPES
+
+        registry = CollatorRegistry()
+        for modality in MODALITIES:
+            registry.register(modality, modality=modality, task_types=TASK_TYPES)(make_text)
+        assert registry.names() == list(MODALITIES)
+
+
+class SlowName(str):
+    """A name whose hashing sleeps, so two threads are inside register's check-then-insert at the same time."""
+
+    def __hash__(self):
+        time.sleep(0.02)
+        return str.__hash__(self)
+
+
+class TestThreadSafety:
+    def test_two_registrations_of_one_name_do_not_both_succeed(self):
+        registry = CollatorRegistry()
+        threads, barrier = 8, threading.Barrier(8)
+        outcomes: list[str] = []
+
+        def register(index):
+            decorate = registry.register(SlowName("shared"), modality="text")
+            barrier.wait()
+            try:
+                decorate(make_text if index % 2 else make_other)
+                outcomes.append("registered")
+            except ValueError as error:
+                assert "already registered" in str(error)
+                outcomes.append("refused")
+
+        workers = [threading.Thread(target=register, args=(index,)) for index in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        assert sorted(outcomes) == ["refused"] * (threads - 1) + ["registered"]
+        assert registry.names() == ["shared"]
+
+    def test_resolving_while_others_register_and_unregister(self):
+        registry = _registry(("default", make_default, {}))
+        barrier, errors = threading.Barrier(4), []
+
+        def churn(index):
+            barrier.wait()
+            try:
+                for step in range(300):
+                    name = f"t{index}_{step}"
+                    registry.register(name, modality="text")(make_text)
+                    registry.resolve(TaskSpec.lm_tiny())
+                    registry.unregister(name)
+            except Exception as error:  # noqa: BLE001 - any error from another thread fails the test
+                errors.append(error)
+
+        workers = [threading.Thread(target=churn, args=(index,)) for index in range(4)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        assert errors == []
+        assert registry.names() == ["default"]
+
+
+class TestFactoryResult:
+    @pytest.mark.parametrize("returned", [None, 3, {"input_ids": [1]}])
+    def test_non_callable_result_is_refused_when_the_collator_is_created(self, returned):
+        def make_batch(task_spec=None, **kwargs):
+            return returned
+
+        registry = _registry(("default", make_default, {}), ("batchy", make_batch, {"modality": "text"}))
+        expected = (
+            f"collator factory 'batchy' ({_qualname(make_batch)}) should return a callable (rows) -> batch, but it "
+            f"returned {type(returned).__name__}: {returned!r}; return the collator object or function itself"
+        )
+        with pytest.raises(TypeError, match=f"^{re.escape(expected)}$"):
+            registry.get_collator(TaskSpec.lm_tiny())
+        with pytest.raises(TypeError, match=re.escape("collator factory 'batchy'")):
+            registry.resolve(TaskSpec.lm_tiny()).chosen.create(task_spec=TaskSpec.lm_tiny())
+
+    def test_create_passes_task_spec_and_kwargs(self):
+        registry = _registry(("text", make_text, {"modality": "text"}))
+        spec = TaskSpec.lm_tiny()
+        assert registry.resolve(spec).chosen.create(task_spec=spec, max_length=4) == ("text", spec, {"max_length": 4})
+
+
+class TestResolutionPickling:
+    def test_pickling_depends_only_on_the_chosen_entry(self):
+        registry = _registry(("default", make_default, {}), ("text", make_text, {"modality": "text"}))
+        registry.register("notebook", modality="vision")(lambda task_spec=None, **kwargs: make_default())
+        resolution = registry.resolve(TaskSpec.lm_tiny())
+        restored = pickle.loads(pickle.dumps(resolution))
+        assert restored == resolution
+        assert restored.chosen.name == "text" and restored.chosen.factory is make_text
+        assert dict(restored.candidates)["notebook"] == "modality 'vision' != 'text'"
+        assert str(restored) == str(resolution)

@@ -6,7 +6,7 @@ import datasets
 import pytest
 import torch
 
-from engine.sample_data import build_tokenizer
+from demo.sample_data import build_tokenizer
 
 
 @pytest.fixture(scope="session")

@@ -82,9 +82,10 @@ class TestSingleProcess:
         assert reached == ["dataset.datasets[0]", "dataset.datasets[1]"]
         assert [part.epoch for part in parts] == [1, 1]
 
-    @pytest.mark.parametrize("epoch", [-1, 1.0, True, "1"])
-    def test_rejects_bad_epochs(self, epoch):
-        with pytest.raises(ValueError, match="epoch should be an int >= 0, but got epoch="):
+    @pytest.mark.parametrize(("epoch", "error"), [(-1, ValueError), (1.0, TypeError), (True, TypeError),
+                                                  ("1", TypeError)])
+    def test_rejects_bad_epochs(self, epoch, error):
+        with pytest.raises(error, match="epoch should be a non-negative integer, but got epoch="):
             set_epoch(engine_loader(Curriculum()), epoch)
 
     def test_rejects_non_loaders(self):

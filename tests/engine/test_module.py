@@ -264,6 +264,6 @@ class TestHFNonText:
     def test_waveform_lists_reach_the_audio_collator_as_float_tensors(self):
         waves = [[0.5] * n for n in (100, 250, 40)]
         rows = datasets.Dataset.from_dict({"input_values": waves, "labels": [0, 1, 2]})
-        spec = TaskSpec.audio_tiny().replace(preprocessing_config={})
+        spec = TaskSpec.audio_tiny().replace(preprocessing_config=TaskSpec.REMOVE)
         batch = next(iter(UniversalDataModule(rows, task_spec=spec, batch_size=3, shuffle=False).train_dataloader()))
         assert batch["input_values"].dtype == torch.float32 and batch["lengths"].tolist() == [100, 250, 40]

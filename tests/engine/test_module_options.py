@@ -7,7 +7,7 @@ from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
 from engine import UniversalDataModule
-from engine.validation import BatchValidationError
+from engine.tools.validation import BatchValidationError
 from task_spec import TaskSpec
 
 

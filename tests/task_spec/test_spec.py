@@ -31,11 +31,12 @@ class TestEnumeratedFields:
 
     @pytest.mark.parametrize("modality", MODALITIES)
     def test_every_modality_is_accepted(self, modality):
-        assert TaskSpec(name="t", task_type="causal_lm", modality=modality).modality == modality
+        assert TaskSpec(name="t", task_type="classification", modality=modality).modality == modality
 
     @pytest.mark.parametrize("task_type", TASK_TYPES)
     def test_every_task_type_is_accepted(self, task_type):
-        assert TaskSpec(name="t", task_type=task_type).task_type == task_type
+        loss_type = "mse" if task_type == "regression" else "cross_entropy"
+        assert TaskSpec(name="t", task_type=task_type, loss_type=loss_type).task_type == task_type
 
     @pytest.mark.parametrize("loss_type", LOSS_TYPES)
     def test_every_loss_type_is_accepted(self, loss_type):
@@ -122,12 +123,18 @@ class TestMappingFields:
 
 
 class TestSpecialTokens:
-    @pytest.mark.parametrize("token_id", [-1, "0", 1.0, True, None])
-    def test_negative_or_non_int_id_raises(self, token_id):
-        expected = (
-            f"TaskSpec.special_tokens['pad_token_id'] should be a non-negative int token id, but got {token_id!r}"
-        )
+    def test_negative_id_raises_value_error(self):
+        expected = "TaskSpec.special_tokens['pad_token_id'] should be a non-negative int token id, but got -1"
         with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
+            TaskSpec(name="t", task_type="causal_lm", special_tokens={"pad_token_id": -1})
+
+    @pytest.mark.parametrize("token_id", ["0", 1.0, True, None])
+    def test_non_int_id_raises_type_error(self, token_id):
+        expected = (
+            f"TaskSpec.special_tokens['pad_token_id'] should be a non-negative int token id, but got "
+            f"{type(token_id).__name__}: {token_id!r}"
+        )
+        with pytest.raises(TypeError, match=f"^{re.escape(expected)}$"):
             TaskSpec(name="t", task_type="causal_lm", special_tokens={"pad_token_id": token_id})
 
     def test_zero_is_a_valid_id(self):
@@ -136,13 +143,22 @@ class TestSpecialTokens:
 
 
 class TestAdditionalConfig:
-    @pytest.mark.parametrize("value", [0, -1, "x", 1.5, True])
-    def test_max_seq_len_not_a_positive_int_raises(self, value):
+    @pytest.mark.parametrize("value", [0, -1])
+    def test_max_seq_len_not_positive_raises_value_error(self, value):
         expected = f"TaskSpec.additional_config['max_seq_len'] should be a positive int, but got {value!r}"
         with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
             TaskSpec(name="t", task_type="causal_lm", additional_config={"max_seq_len": value})
 
-    @pytest.mark.parametrize("key", ["vocab_size", "num_classes", "sample_rate", "max_target_len"])
+    @pytest.mark.parametrize("value", ["x", 1.5, True])
+    def test_max_seq_len_not_an_int_raises_type_error(self, value):
+        expected = (
+            f"TaskSpec.additional_config['max_seq_len'] should be a positive int, but got "
+            f"{type(value).__name__}: {value!r}"
+        )
+        with pytest.raises(TypeError, match=f"^{re.escape(expected)}$"):
+            TaskSpec(name="t", task_type="causal_lm", additional_config={"max_seq_len": value})
+
+    @pytest.mark.parametrize("key", ["vocab_size", "num_classes", "sample_rate", "max_target_len", "max_length"])
     def test_other_sizes_are_checked_too(self, key):
         expected = f"TaskSpec.additional_config[{key!r}] should be a positive int, but got 0"
         with pytest.raises(ValueError, match=re.escape(expected)):
@@ -307,7 +323,8 @@ class TestReplace:
 class TestProperties:
     @pytest.mark.parametrize("task_type", TASK_TYPES)
     def test_is_supervised(self, task_type):
-        spec = TaskSpec(name="t", task_type=task_type)
+        loss_type = "mse" if task_type == "regression" else "cross_entropy"
+        spec = TaskSpec(name="t", task_type=task_type, loss_type=loss_type)
         assert spec.is_supervised is (task_type in SUPERVISED_TASK_TYPES)
 
     def test_language_modelling_is_not_supervised(self):

@@ -8,6 +8,8 @@ import torch
 from torch.utils.data import IterableDataset
 
 from collators import TextCollator, VisionCollator
+from demo.sample_data import build_tokenizer
+from engine import distributed
 from engine.datasets import (
     FileDataset,
     HDF5Dataset,
@@ -17,8 +19,6 @@ from engine.datasets import (
     TextFileDataset,
     shard_blocks,
 )
-from engine.datasets import streaming as streaming_module
-from engine.sample_data import build_tokenizer
 
 ROWS = 37
 
@@ -123,7 +123,7 @@ class TestRanks:
         ds = HDF5Dataset(h5_ids, mode="streaming", block_rows=3)
         per_rank = []
         for rank in range(2):
-            monkeypatch.setattr(streaming_module, "rank_and_world", lambda rank=rank: (rank, 2))
+            monkeypatch.setattr(distributed, "rank_and_world", lambda rank=rank: (rank, 2))
             ids = row_ids(load(ds, workers=2, context="fork", batch_size=3))
             assert len(ds) == len(ids) and ids == sorted(ids)  # a rank's rows in file order
             per_rank.append(ids)
@@ -132,9 +132,9 @@ class TestRanks:
 
     def test_rank_seen_when_pickled_travels_to_spawned_workers(self, h5_ids, monkeypatch):
         ds = HDF5Dataset(h5_ids, mode="streaming", block_rows=3)
-        monkeypatch.setattr(streaming_module, "rank_and_world", lambda: (1, 2))
+        monkeypatch.setattr(distributed, "rank_and_world", lambda: (1, 2))
         state = pickle.dumps(ds)
-        monkeypatch.setattr(streaming_module, "rank_and_world", lambda: None)  # as in a spawned worker
+        monkeypatch.setattr(distributed, "rank_and_world", lambda: None)  # as in a spawned worker
         clone = pickle.loads(state)
         assert [row["y2"].item() for row in clone][:4] == [3, 4, 5, 9] and len(clone) == 18
 

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from collators import TextCollator
+from demo.sample_data import build_tokenizer
 from engine import UniversalDataModule
 from engine.datasets import LoadingMode, StreamingTextFileDataset, TextFileDataset
 from engine.datasets import text_files as text_files_module
-from engine.sample_data import build_tokenizer
 from task_spec import TaskSpec
 
 MAP_MODES = [LoadingMode.LAZY, LoadingMode.EAGER, LoadingMode.CACHED]

@@ -1,0 +1,39 @@
+"""Argument checks shared by the engine, in torch's form: "batch_size should be a positive integer, but got
+batch_size=0". A wrong type raises TypeError, a wrong value ValueError; numpy integers count as integers."""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Iterable
+from typing import Any
+
+
+def _describe(minimum: int) -> str:
+    return {0: "a non-negative integer", 1: "a positive integer"}.get(minimum, f"an integer >= {minimum}")
+
+
+def check_int(name: str, value: Any, *, minimum: int | None = None, hint: str = "") -> int:
+    """``value`` as a Python int; TypeError unless an integer (bools refused), ValueError if below ``minimum``."""
+    expected = _describe(minimum) if minimum is not None else "an integer"
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} should be {expected}, but got {name}={value!r} ({type(value).__name__}){hint}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} should be {expected}, but got {name}={value!r}{hint}")
+    return int(value)
+
+
+def check_rank(rank: Any, num_replicas: Any) -> tuple[int, int]:
+    """``(rank, num_replicas)`` as ints, with ``0 <= rank < num_replicas``."""
+    num_replicas = check_int("num_replicas", num_replicas, minimum=1)
+    rank = check_int("rank", rank, minimum=0)
+    if rank >= num_replicas:
+        raise ValueError(f"rank should be in [0, num_replicas={num_replicas}), but got rank={rank}")
+    return rank, num_replicas
+
+
+def check_choice(name: str, value: Any, choices: Iterable[Any]) -> Any:
+    """``value`` if it is one of ``choices``; ValueError listing them otherwise."""
+    choices = tuple(choices)
+    if value not in choices:
+        raise ValueError(f"{name} should be one of {', '.join(repr(c) for c in choices)}, but got {name}={value!r}")
+    return value

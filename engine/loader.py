@@ -1,0 +1,68 @@
+"""The loader classes the factory builds: torchdata's ``StatefulDataLoader``, with the two things it lacks here.
+
+``ResumableLoader`` keeps the position of a pass whose iterator a framework dropped (Lightning does at the end of
+``fit``), and ``PassAwareLoader`` tells a stream, in the parent process, that a pass starts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch.distributed as dist
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from engine.distributed import stop_together
+
+
+class ResumableLoader(StatefulDataLoader):
+    """A ``StatefulDataLoader`` whose position survives its iterator being dropped.
+
+    Lightning ends ``fit`` by shutting the workers down and setting ``loader._iterator = None``. torchdata would
+    then answer ``state_dict()`` by starting a new iterator, whose state is a new pass (with workers, one whose
+    sampler already ran ahead to fill the prefetch queue), so a checkpoint taken after ``Trainer.fit(max_steps=...)``
+    would lose the position. The dropped iterator's state is kept instead: ``state_dict()`` reports it, and the
+    next iteration continues that pass. Replacing the iterator by iterating again is not dropping it: an
+    abandoned pass of a plain loop still counts as an epoch.
+    """
+
+    _parked: dict[str, Any] | None = None
+
+    @property
+    def _iterator(self) -> Any:
+        return self.__dict__.get("_live_iterator")
+
+    @_iterator.setter
+    def _iterator(self, iterator: Any) -> None:
+        current = self.__dict__.get("_live_iterator")
+        if iterator is None and current is not None:
+            self._parked = current.state_dict()
+        self.__dict__["_live_iterator"] = iterator
+
+    def __iter__(self) -> Any:
+        parked, self._parked = self._parked, None
+        if self._iterator is None and parked is not None and self.next_iter_state is None \
+                and not parked.get("_iterator_finished"):
+            self.next_iter_state = parked  # continue the dropped pass (a finished one: the next epoch follows)
+        return super().__iter__()
+
+    def state_dict(self) -> dict[str, Any]:
+        if self._iterator is None and self._parked is not None and self.next_iter_state is None:
+            return self._parked
+        return super().state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self._parked = None
+
+
+class PassAwareLoader(StatefulDataLoader):
+    """A loader that tells its iterable dataset, in this (the parent) process, that a pass starts: state such as
+    the epoch that ``datasets`` shares with worker processes must be set here, never in the workers. When the
+    dataset is one rank's share of a stream, every rank ends the pass together (see ``stop_together``)."""
+
+    def __iter__(self) -> Any:
+        self.dataset.begin_pass()
+        batches = super().__iter__()
+        if getattr(self.dataset, "world_size", 1) > 1 and dist.is_available() and dist.is_initialized():
+            return stop_together(batches)
+        return batches

@@ -1,0 +1,1 @@
+"""Several named datasets behind one module: their config, the seeded schedule, the loader and the module."""

@@ -1,0 +1,190 @@
+"""Length-aware batch samplers: rows of similar length share a batch, so little of each batch is padding.
+
+Both samplers are :class:`engine.sampling.base.EpochBatchSampler` subclasses, so an epoch is a pure function of
+(seed, epoch, rank), resume is exact and each batch carries its ``rng_seed``. Every epoch shuffles the rows,
+cuts them into mega-batches, sorts each mega-batch by length, packs it into batches and shuffles the batches:
+batch contents are near-uniform in length, the order of batches is still random epoch to epoch.
+Lengths are read once from the source with :func:`engine.sources.lengths.lengths_of` (Arrow list offsets for HF
+data).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+import torch
+
+from engine._checks import check_choice, check_int, check_rank
+from engine.rng import derive_seed
+from engine.sampling.base import EpochBatchSampler
+from engine.sampling.ranks import UNEVEN_POLICIES, deal_to_ranks, equalize_batch_counts
+
+OVERSIZED_POLICIES = ("error", "alone")
+
+
+def _as_lengths(lengths: Any) -> np.ndarray:
+    array = np.asarray(lengths.numpy() if isinstance(lengths, torch.Tensor) else lengths)
+    if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer):
+        raise ValueError(f"lengths should be a 1-D array of ints, but got shape {array.shape} of {array.dtype}")
+    if array.size and array.min() < 0:
+        raise ValueError(f"lengths should be >= 0, but row {int(array.argmin())} has length {int(array.min())}")
+    return array.astype(np.int64)
+
+
+class _LengthAware(EpochBatchSampler):
+    """Shared parts: the epoch's permutation, mega-batch sorting, batch shuffling and a data fingerprint."""
+
+    def __init__(self, lengths: Any, *, seed: int, mega_batch_factor: int, num_replicas: int, rank: int,
+                 uneven: str) -> None:
+        mega_batch_factor = check_int("mega_batch_factor", mega_batch_factor, minimum=1)
+        rank, num_replicas = check_rank(rank, num_replicas)
+        check_choice("uneven", uneven, UNEVEN_POLICIES)
+        super().__init__(seed=seed)
+        self.lengths, self.mega_batch_factor = _as_lengths(lengths), mega_batch_factor
+        self.num_replicas, self.rank, self.uneven = num_replicas, rank, uneven
+
+    def _permutation(self, epoch: int) -> np.ndarray:
+        return np.random.default_rng(derive_seed(self.seed, "length-aware", epoch)).permutation(len(self.lengths))
+
+    def _sorted_chunks(self, order: np.ndarray, rows: int) -> list[np.ndarray]:
+        """``order`` cut into mega-batches of ``rows``, each sorted by length, longest first (stable)."""
+        chunks = []
+        for start in range(0, len(order), rows):
+            chunk = order[start : start + rows]
+            chunks.append(chunk[np.argsort(-self.lengths[chunk], kind="stable")])
+        return chunks
+
+    def _shuffled(self, batches: list[list[int]], epoch: int, rank: int) -> list[list[int]]:
+        rng = np.random.default_rng(derive_seed(self.seed, "batch-order", epoch, rank))
+        return [batches[i] for i in rng.permutation(len(batches))]
+
+    def _fingerprint(self) -> str:
+        """Hash of the lengths and options, computed once, so ``state_dict`` stays microseconds per step."""
+        if getattr(self, "_digest", None) is None:
+            digest = hashlib.blake2b(self.lengths.tobytes(), digest_size=8)
+            digest.update(repr(self._options()).encode())
+            self._digest = digest.hexdigest()
+        return self._digest
+
+    def _options(self) -> tuple[Any, ...]:
+        return (type(self).__name__, self.mega_batch_factor, self.num_replicas, self.rank, self.uneven)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "fingerprint": self._fingerprint()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "fingerprint" in state and state["fingerprint"] != self._fingerprint():
+            raise ValueError(
+                f"sampler state was saved from other lengths or options ({state['fingerprint']} != "
+                f"{self._fingerprint()}); resuming would visit other batches. Resume with the same data, "
+                f"{type(self).__name__} options, num_replicas and rank"
+            )
+        super().load_state_dict(state)
+
+
+class LengthGroupedBatchSampler(_LengthAware):
+    """Batches of ``batch_size`` rows of similar length, in a shuffled order that changes every epoch.
+
+    Args:
+        lengths: Length of every row (1-D ints), e.g. from :func:`lengths_of`.
+        batch_size: Rows per batch.
+        seed: Seed of the shuffles; the epoch's batches are a function of (seed, epoch, rank).
+        mega_batch_factor: Rows are sorted within windows of ``mega_batch_factor * batch_size`` shuffled rows;
+            larger means less padding and less randomness of batch contents.
+        drop_last: Drop this rank's one incomplete batch.
+        num_replicas, rank: Ranks sharing the data; the rows are dealt out before grouping.
+        uneven: When rows don't divide evenly among ranks, ``pad`` repeats rows from the start of the epoch's
+            order, ``drop`` leaves the tail out; either way every rank gets the same number of batches.
+
+    Example:
+        >>> sampler = LengthGroupedBatchSampler([5, 50, 6, 49, 7, 48], batch_size=2, seed=0)
+        >>> sorted(sorted([5, 50, 6, 49, 7, 48][i] for i in batch) for batch in sampler)
+        [[5, 6], [7, 48], [49, 50]]
+    """
+
+    def __init__(self, lengths: Any, batch_size: int, *, seed: int = 0, mega_batch_factor: int = 50,
+                 drop_last: bool = False, num_replicas: int = 1, rank: int = 0, uneven: str = "pad") -> None:
+        batch_size = check_int("batch_size", batch_size, minimum=1)
+        super().__init__(lengths, seed=seed, mega_batch_factor=mega_batch_factor, num_replicas=num_replicas,
+                         rank=rank, uneven=uneven)
+        self.batch_size, self.drop_last = batch_size, drop_last
+
+    def _options(self) -> tuple[Any, ...]:
+        return (*super()._options(), self.batch_size, self.drop_last)
+
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        order = deal_to_ranks(self._permutation(epoch), self.num_replicas, self.rank, self.uneven)
+        size = self.batch_size
+        batches = [chunk[start : start + size].tolist()
+                   for chunk in self._sorted_chunks(order, size * self.mega_batch_factor)
+                   for start in range(0, len(chunk), size)]
+        if self.drop_last and batches and len(batches[-1]) < size:
+            batches.pop()  # only the last mega-batch can end short, since mega-batches hold whole batches
+        return self._shuffled(batches, epoch, self.rank)
+
+
+class TokenBudgetBatchSampler(_LengthAware):
+    """Batches whose padded size (rows x longest row) stays within ``max_tokens``, shuffled every epoch.
+
+    Rows are dealt out to ranks, then each rank packs its rows; since batch counts then differ, every rank
+    computes all ranks' counts from the same (seed, epoch) (no communication) and ``uneven='pad'`` repeats
+    whole batches from the start of its own order up to the largest count, ``'drop'`` drops its last
+    batches down to the smallest.
+
+    Args:
+        lengths: Length of every row (1-D ints), e.g. from :func:`lengths_of`.
+        max_tokens: Most padded tokens per batch, ``len(batch) * max(lengths in batch)``.
+        seed: Seed of the shuffles.
+        mega_batch_factor: Rows are sorted within windows of ``mega_batch_factor`` typical batches
+            (``max_tokens // mean length`` rows each).
+        max_batch_size: Most rows per batch (None: no limit beyond the budget).
+        pad_to_multiple_of: Count lengths rounded up to this multiple, as the collator will pad them.
+        oversized: A row longer than ``max_tokens``: ``'error'`` raises at construction naming it, ``'alone'``
+            gives it a batch of its own (the only batches allowed over budget).
+        num_replicas, rank, uneven: As above.
+    """
+
+    def __init__(self, lengths: Any, max_tokens: int, *, seed: int = 0, mega_batch_factor: int = 50,
+                 max_batch_size: int | None = None, pad_to_multiple_of: int = 1, oversized: str = "error",
+                 num_replicas: int = 1, rank: int = 0, uneven: str = "pad") -> None:
+        max_tokens = check_int("max_tokens", max_tokens, minimum=1)
+        pad_to_multiple_of = check_int("pad_to_multiple_of", pad_to_multiple_of, minimum=1)
+        if max_batch_size is not None:
+            max_batch_size = check_int("max_batch_size", max_batch_size, minimum=1)
+        check_choice("oversized", oversized, OVERSIZED_POLICIES)
+        super().__init__(lengths, seed=seed, mega_batch_factor=mega_batch_factor, num_replicas=num_replicas,
+                         rank=rank, uneven=uneven)
+        self.max_tokens, self.max_batch_size, self.oversized = max_tokens, max_batch_size, oversized
+        self.pad_to_multiple_of = multiple = pad_to_multiple_of
+        self.costs = np.maximum(-(-self.lengths // multiple) * multiple, 1)  # an empty row still takes a slot
+        over = np.flatnonzero(self.costs > max_tokens)
+        if len(over) and oversized == "error":
+            raise ValueError(
+                f"{len(over)} row(s) are longer than max_tokens={max_tokens}: row {int(over[0])} has "
+                f"{int(self.lengths[over[0]])} tokens (longest: {int(self.lengths.max())}); raise max_tokens, "
+                f"truncate (spec.max_seq_len), or pass oversized='alone' to give each such row a batch of its own"
+            )
+        typical = max(1, max_tokens // max(1, int(self.costs.mean()))) if len(self.costs) else 1
+        self.mega_batch_rows = mega_batch_factor * min(typical, max_batch_size or typical)
+
+    def _options(self) -> tuple[Any, ...]:
+        return (*super()._options(), self.max_tokens, self.max_batch_size, self.pad_to_multiple_of, self.oversized)
+
+    def _pack(self, rows: np.ndarray) -> list[list[int]]:
+        """Greedy packing of each sorted mega-batch: longest first, so a batch's first row sets its width."""
+        batches, cap = [], self.max_batch_size or len(self.lengths) or 1
+        for chunk in self._sorted_chunks(rows, self.mega_batch_rows):
+            costs, start = self.costs[chunk], 0
+            while start < len(chunk):
+                count = min(max(1, self.max_tokens // int(costs[start])), cap)
+                batches.append(chunk[start : start + count].tolist())
+                start += count
+        return batches
+
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        order = self._permutation(epoch)
+        per_rank = [self._pack(order[r :: self.num_replicas]) for r in range(self.num_replicas)]
+        mine = self._shuffled(per_rank[self.rank], epoch, self.rank)
+        return mine if self.num_replicas == 1 else equalize_batch_counts(mine, per_rank, self.uneven)

@@ -1,0 +1,77 @@
+"""The collate step of a loader: hands each batch's seeded generator to collators that take one."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from collators import CollatorRegistry, Resolution
+from engine.rng import content_seed, generator_from
+from task_spec import TaskSpec
+
+
+def accepts_generator(collate_fn: Callable[..., Any]) -> bool:
+    """Whether ``collate_fn`` can be called with a ``generator=`` keyword."""
+    try:
+        parameters = inspect.signature(collate_fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "generator" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
+class SeededCollate:
+    """Wraps a collate function; passes ``generator=`` seeded from the batch's (seed, epoch, indices).
+
+    Rows from a stream have no indices: with ``content_seed_from=seed`` their generator derives from the
+    seed and the rows themselves, so masks still do not depend on the worker that built the batch.
+    Collators that take no generator (plain functions such as ``default_collate``) are called as they are.
+    Picklable whenever the wrapped function is, so it works in spawned workers.
+    """
+
+    def __init__(self, collate_fn: Callable[..., Any], *, content_seed_from: int | None = None) -> None:
+        self.collate_fn = collate_fn
+        self.takes_generator = accepts_generator(collate_fn)
+        self.content_seed_from = content_seed_from
+
+    def __call__(self, rows: list[Any]) -> Any:
+        if not self.takes_generator:
+            return self.collate_fn(rows)
+        seed = getattr(rows, "rng_seed", None)
+        if seed is None and self.content_seed_from is not None:  # stream rows carry no indices
+            seed = content_seed(self.content_seed_from, rows)
+        return self.collate_fn(rows, generator=generator_from(seed) if seed is not None else None)
+
+    def __repr__(self) -> str:
+        return f"SeededCollate({self.collate_fn!r})"
+
+
+def build_collator(
+    spec: TaskSpec | None, tokenizer: Any, collate_fn: Any, name: str | None, kwargs: dict[str, Any]
+) -> tuple[Callable[..., Any], Resolution | None]:
+    """The collator for a data module: ``collate_fn`` as given, or the registry's choice for ``spec``.
+
+    The tokenizer goes to factories that name a ``tokenizer`` parameter, or take ``**kwargs`` for a text
+    or multimodal spec; giving one to any other collator is an error rather than silently unused.
+    """
+    if collate_fn is not None:
+        if name is not None or kwargs:
+            raise ValueError("collate_fn replaces the registry's collator; do not pass collator_name or "
+                             "collator_kwargs with it")
+        if not callable(collate_fn):
+            raise TypeError(f"collate_fn should be callable, but got {collate_fn!r}")
+        return collate_fn, None
+    registry = CollatorRegistry.get_instance()
+    resolution = registry.resolve(spec, name)
+    if tokenizer is not None:
+        parameters = inspect.signature(resolution.chosen.factory).parameters.values()
+        named = any(p.name == "tokenizer" for p in parameters)
+        open_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+        if named or (open_kwargs and spec is not None and spec.modality in ("text", "multimodal")):
+            kwargs.setdefault("tokenizer", tokenizer)
+        else:
+            raise ValueError(
+                f"tokenizer= was given, but the collator {resolution.chosen.name!r} chosen for this task "
+                f"({resolution.reason}) takes no tokenizer; drop tokenizer= or choose a text collator"
+            )
+    return resolution.chosen.create(task_spec=spec, **kwargs), resolution

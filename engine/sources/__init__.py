@@ -1,0 +1,6 @@
+"""Stage 1 of a batch's path: the user's data adapted to one map-style interface with batched fetch.
+
+``adapt`` wraps HF datasets, torch datasets and lists of tensors; ``inputs`` checks them against the TaskSpec;
+``preprocess`` tokenizes raw text once; ``lengths`` reads row lengths from the columns; ``streams`` handles
+``datasets.IterableDataset`` inputs.
+"""

@@ -1,0 +1,179 @@
+"""Column-wise batch fetch from a ``datasets.Dataset``'s Arrow table: one gather per column, no per-row dicts.
+
+``datasets`` answers ``dataset[indices]`` by slicing the table once per row (and, through a ``select`` view,
+by reading the indices mapping once per row), then builds Python lists of every token. Here the token columns
+(lists of integers) are read through zero-copy numpy views of their Arrow offsets and values: a batch is one
+vectorized gather per column into a flat buffer + offsets, which the collators pad directly. Other columns
+(labels, strings, decoded features) go through ``datasets``' own Python formatter, so their values are exactly
+what the row path gives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from collators.text import RaggedColumn
+
+
+def _list_of_ints(column: Any) -> bool:
+    """Whether a pyarrow column holds lists of plain integers/bools with no nulls at either level."""
+    import pyarrow as pa
+
+    kind = column.type
+    if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)):
+        return False
+    if not (pa.types.is_integer(kind.value_type) or pa.types.is_boolean(kind.value_type)):
+        return False
+    return all(chunk.null_count == 0 and chunk.values.null_count == 0 for chunk in column.chunks)
+
+
+class _RaggedIndex:
+    """Numpy views of one list column's chunks: ``offsets[k]`` and ``values[k]`` of chunk ``k``."""
+
+    def __init__(self, column: Any) -> None:
+        chunks = [chunk for chunk in column.chunks if len(chunk)]
+        self.bounds = np.cumsum([0] + [len(chunk) for chunk in chunks], dtype=np.int64)
+        self.offsets = [chunk.offsets.to_numpy() for chunk in chunks]  # slice-adjusted, zero-copy
+        self.values = [chunk.values.to_numpy(zero_copy_only=False) for chunk in chunks]  # copies only bit-packed bools
+
+    def gather(self, rows: np.ndarray) -> RaggedColumn:
+        if not len(rows) or not self.values:
+            dtype = self.values[0].dtype if self.values else np.int64
+            return RaggedColumn(np.empty(0, dtype=dtype), np.zeros(len(rows) + 1, dtype=np.int64))
+        if len(self.values) == 1:
+            return self._gather_in(0, rows)
+        chunk = np.searchsorted(self.bounds, rows, side="right") - 1
+        local = rows - self.bounds[chunk]
+        if len(rows) < 2 or bool((np.diff(chunk) >= 0).all()):  # in storage order (evaluation): per chunk
+            parts = [self._gather_in(k, local[chunk == k]) for k in np.unique(chunk).tolist()]
+            lengths = np.concatenate([np.diff(part.offsets) for part in parts])
+            values = np.concatenate([part.values for part in parts])
+        else:  # shuffled across chunks: one slice per row (no per-row objects beyond the slice itself)
+            pieces = [self.values[k][self.offsets[k][i]:self.offsets[k][i + 1]]
+                      for k, i in zip(chunk.tolist(), local.tolist())]
+            lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
+            values = np.concatenate(pieces)
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        return RaggedColumn(values, offsets)
+
+    def _gather_in(self, k: int, rows: np.ndarray) -> RaggedColumn:
+        """Vectorized ragged gather inside chunk ``k``: starts/ends from the offsets, one fancy index for values."""
+        offsets, values = self.offsets[k], self.values[k]
+        starts = offsets[rows].astype(np.int64)
+        lengths = offsets[rows + 1] - starts
+        out = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=out[1:])
+        index = np.arange(out[-1], dtype=np.int64) + np.repeat(starts - out[:-1], lengths)
+        return RaggedColumn(values[index], out)
+
+
+class ArrowBatchFetcher:
+    """Gathers batches of rows of a plain-format ``datasets.Dataset`` as columns.
+
+    Built lazily in each process (it holds numpy views of the Arrow buffers, which must not be pickled).
+    :meth:`supports` says whether a dataset's rows would equal what this returns; datasets with a format
+    (``with_format('torch')``, transforms) or hidden columns keep the row path.
+    """
+
+    def __init__(self, dataset: Any) -> None:
+        from datasets.formatting import get_formatter
+
+        self.dataset = dataset
+        self.table = dataset.data.table
+        indices = getattr(dataset, "_indices", None)
+        self.indices = None if indices is None else indices.column(0).to_numpy().astype(np.int64, copy=False)
+        self.names = list(dataset.column_names)
+        self.formatter = get_formatter(None, features=dataset.features)
+        features = dataset.features
+        self.ragged = {}
+        from datasets.features.features import require_decoding
+
+        for name in self.names:
+            column = self.table.column(name)
+            if not require_decoding(features[name]) and _list_of_ints(column):
+                self.ragged[name] = _RaggedIndex(column)
+
+    @staticmethod
+    def supports(dataset: Any) -> bool:
+        """Plain Python format, every column visible, and an indices mapping this module understands."""
+        fmt = dataset.format
+        if fmt["type"] is not None or not dataset.column_names:
+            return False
+        if set(fmt["columns"]) != set(dataset.column_names) and not fmt["output_all_columns"]:
+            return False
+        indices = getattr(dataset, "_indices", None)
+        mapped = dataset.data.num_rows if indices is None else indices.num_rows
+        return mapped == len(dataset)  # guards against a datasets version that stores the mapping elsewhere
+
+    def rows(self, positions: Any) -> np.ndarray:
+        """Positions in the dataset (negative counts from the end, as ``datasets`` does) -> rows of the table."""
+        positions = np.asarray(positions, dtype=np.int64).reshape(-1)
+        size = len(self.dataset)
+        if len(positions) and (positions.min() < -size or positions.max() >= size):
+            bad = positions[(positions < -size) | (positions >= size)][0]
+            raise IndexError(f"Invalid key: {int(bad)} is out of bounds for size {size}")
+        positions = positions % size if size else positions
+        return positions if self.indices is None else self.indices[positions]
+
+    def gather(self, positions: Any) -> dict[str, Any]:
+        """``{column: RaggedColumn | list}`` for the rows at ``positions``, in the dataset's column order."""
+        rows = self.rows(positions)
+        others = [name for name in self.names if name not in self.ragged]
+        formatted = {}
+        if others and len(rows):
+            table = self.dataset.data.fast_gather(rows).select(others)
+            formatted = self.formatter.format_batch(table)
+        return {name: self.ragged[name].gather(rows) if name in self.ragged else formatted.get(name, [])
+                for name in self.names}
+
+
+class ColumnBatch(Sequence):
+    """One batch of an :class:`engine.sources.adapt.HFSource`: columns for collators that read them, else row dicts.
+
+    A ``Sequence`` of row dicts (built on first use: the rows a ``RowBatch`` would hold) with the batch's
+    ``rng_seed``; :meth:`to_columns` fetches the same rows column-wise without building them. Pickles as a
+    :class:`RowBatch`.
+    """
+
+    rng_seed: int | None = None
+
+    def __init__(self, source: Any, positions: list[int]) -> None:
+        self.source = source
+        self.positions = positions
+        self._rows: Any = None
+
+    def to_columns(self) -> dict[str, Any]:
+        """``{column: RaggedColumn | list}`` in the dataset's column order (see ``TextCollator.collate_columns``)."""
+        return self.source.fetch_columns(self.positions)
+
+    def rows(self) -> Any:
+        """The row dicts as a :class:`engine.sources.adapt.RowBatch`, fetched once."""
+        if self._rows is None:
+            self._rows = self.source.fetch_rows(self.positions)
+            self._rows.rng_seed = self.rng_seed
+        return self._rows
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.rows()[index]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.rows())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self.rows()) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-sequence semantics, like the list it stands for
+
+    def __reduce__(self) -> Any:
+        rows = self.rows()  # pickles as the RowBatch: the columns' views of Arrow buffers stay behind
+        return type(rows), (list(rows),), dict(rows.__dict__)
+
+    def __repr__(self) -> str:
+        return f"ColumnBatch(rows={len(self)}, columns={self.source.column_names}, rng_seed={self.rng_seed})"

@@ -1,0 +1,216 @@
+"""Adapters from the user's data to one map-style interface with batched fetch and cheap views.
+
+Every source answers ``__getitems__(indices)`` with a :class:`RowBatch` (or, for Hugging Face data, a
+:class:`ColumnBatch` that also hands over its columns), which carries the batch's ``rng_seed`` from the sampler
+to the collator. ``view(indices)`` selects a split without copying rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from engine.sources._arrow_fetch import ArrowBatchFetcher, ColumnBatch
+
+try:  # datasets is a dependency, but sources of other kinds must not need it at import time
+    import datasets as hf_datasets
+except ImportError:  # pragma: no cover
+    hf_datasets = None
+
+
+class RowBatch(list):
+    """The rows of one batch, plus the seed its random choices derive from (None outside the engine)."""
+
+    rng_seed: int | None = None
+
+
+class MapSource(Dataset):
+    """Base adapter: subclasses implement ``_fetch(positions)``, ``__len__`` and ``view``."""
+
+    def __getitem__(self, index: int) -> Any:
+        return self._fetch([index])[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> RowBatch:
+        rows = RowBatch(self._fetch(list(indices)))
+        rows.rng_seed = getattr(indices, "rng_seed", None)
+        return rows
+
+    def _fetch(self, positions: list[int]) -> list[Any]:
+        raise NotImplementedError
+
+    def view(self, positions: np.ndarray) -> MapSource:
+        """A source over ``positions`` of this one (a split), sharing the underlying data."""
+        raise NotImplementedError
+
+
+class HFSource(MapSource):
+    """A Hugging Face ``datasets.Dataset``: batches fetched column-wise from Arrow, splits via ``select`` (no copy).
+
+    ``__getitems__`` answers with a :class:`ColumnBatch`: collators that read columns (``TextCollator``) pad
+    the token columns straight from Arrow's flat buffers; any other collate function sees the same row dicts
+    as before. Datasets with a format (``with_format('torch')``) or hidden columns get a :class:`RowBatch`.
+    """
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+        self._fetcher: ArrowBatchFetcher | None = None
+        self._columnar = ArrowBatchFetcher.supports(dataset)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitems__(self, indices: Sequence[int]) -> RowBatch | ColumnBatch:
+        if not self._columnar:
+            return super().__getitems__(indices)
+        batch = ColumnBatch(self, list(indices))
+        batch.rng_seed = getattr(indices, "rng_seed", None)
+        return batch
+
+    def fetch_rows(self, positions: list[int]) -> RowBatch:
+        """The rows at ``positions`` as dicts (the row path), in one ``datasets`` fetch."""
+        return RowBatch(self._fetch(positions))
+
+    def _fetch(self, positions: list[int]) -> list[dict[str, Any]]:
+        columns = self.dataset[positions]
+        names = list(columns)
+        return [dict(zip(names, values)) for values in zip(*(columns[name] for name in names))]
+
+    def fetch_columns(self, positions: Sequence[int]) -> dict[str, Any]:
+        """The rows at ``positions`` as ``{column: RaggedColumn | list}``: token columns flat, others formatted."""
+        if self._fetcher is None:
+            self._fetcher = ArrowBatchFetcher(self.dataset)
+        return self._fetcher.gather(positions)
+
+    def view(self, positions: np.ndarray) -> HFSource:
+        return HFSource(self.dataset.select(positions))
+
+    @property
+    def column_names(self) -> list[str]:
+        return list(self.dataset.column_names)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The fetcher holds numpy views of Arrow buffers: rebuilt in each worker rather than pickled as copies.
+        return {**self.__dict__, "_fetcher": None}
+
+
+class TorchSource(MapSource):
+    """Any map-style torch ``Dataset`` (``__getitem__`` + ``__len__``), optionally through an index view."""
+
+    def __init__(self, dataset: Dataset, positions: np.ndarray | None = None) -> None:
+        self.dataset = dataset
+        self.positions = positions
+
+    def __len__(self) -> int:
+        return len(self.positions) if self.positions is not None else len(self.dataset)
+
+    def _fetch(self, positions: list[int]) -> list[Any]:
+        if self.positions is not None:
+            positions = self.positions[positions].tolist()
+        getitems = getattr(self.dataset, "__getitems__", None)
+        if getitems is not None:
+            return list(getitems(positions))
+        return [self.dataset[i] for i in positions]
+
+    def view(self, positions: np.ndarray) -> TorchSource:
+        base = self.positions[positions] if self.positions is not None else np.asarray(positions, dtype=np.int64)
+        return TorchSource(self.dataset, base)
+
+
+class TensorListSource(MapSource):
+    """A list of tensors held as one flat buffer plus offsets: no per-row Python objects for workers to copy.
+
+    Rows come back as views into the buffer (bare tensors, or ``{key: tensor}`` when ``key`` is set).
+    """
+
+    def __init__(self, tensors: Sequence[torch.Tensor], key: str | None = None) -> None:
+        first = tensors[0]
+        for index, tensor in enumerate(tensors):
+            if not isinstance(tensor, torch.Tensor):
+                raise TypeError(
+                    f"train_data is a list of tensors, but item {index} is a {type(tensor).__name__}; "
+                    f"every item must be a torch.Tensor (wrap other data in a torch Dataset)"
+                )
+            if tensor.dtype != first.dtype or tensor.dim() != first.dim():
+                raise TypeError(
+                    f"train_data is a list of tensors of mixed kinds: item 0 is {first.dtype} with {first.dim()} "
+                    f"dims, item {index} is {tensor.dtype} with {tensor.dim()} dims; convert them to one dtype "
+                    f"and rank"
+                )
+        self.key = key
+        self.buffer = torch.cat([t.reshape(-1) for t in tensors]) if len(tensors) else first.reshape(-1)
+        self.shapes = torch.tensor([list(t.shape) for t in tensors], dtype=torch.long).reshape(len(tensors), -1)
+        sizes = torch.tensor([t.numel() for t in tensors], dtype=torch.long)
+        self.offsets = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
+        self.positions: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.positions) if self.positions is not None else len(self.shapes)
+
+    def _row(self, index: int) -> torch.Tensor:
+        start, end = int(self.offsets[index]), int(self.offsets[index + 1])
+        return self.buffer[start:end].view(*self.shapes[index].tolist())
+
+    def _fetch(self, positions: list[int]) -> list[Any]:
+        if self.positions is not None:
+            positions = self.positions[positions].tolist()
+        rows = [self._row(i) for i in positions]
+        return rows if self.key is None else [{self.key: row} for row in rows]
+
+    def view(self, positions: np.ndarray) -> TensorListSource:
+        clone = object.__new__(TensorListSource)
+        clone.__dict__.update(self.__dict__)
+        base = self.positions[positions] if self.positions is not None else np.asarray(positions, dtype=np.int64)
+        clone.positions = base
+        return clone
+
+
+def is_hf_dataset(data: Any) -> bool:
+    return hf_datasets is not None and isinstance(data, hf_datasets.Dataset)
+
+
+def is_hf_dataset_dict(data: Any) -> bool:
+    return hf_datasets is not None and isinstance(data, hf_datasets.DatasetDict)
+
+
+def as_source(data: Any, *, key: str | None = None) -> MapSource:
+    """Adapt ``data`` (HF Dataset, map-style torch Dataset or list of tensors) to a :class:`MapSource`."""
+    if isinstance(data, MapSource):
+        return data
+    if is_hf_dataset(data):
+        return HFSource(data)
+    if isinstance(data, (list, tuple)):
+        if not data:
+            raise ValueError("the data is an empty list; give at least one row")
+        if isinstance(data[0], torch.Tensor):
+            return TensorListSource(data, key=key)
+        raise TypeError(
+            f"a list given as data should hold torch.Tensors, but item 0 is a {type(data[0]).__name__}; "
+            f"wrap other rows in a torch Dataset or a datasets.Dataset (Dataset.from_list(rows))"
+        )
+    if isinstance(data, torch.utils.data.IterableDataset):
+        raise TypeError(
+            "an IterableDataset has no length or random access, so it cannot be split or shuffled here; "
+            "give a map-style Dataset (or a datasets.Dataset)"
+        )
+    if isinstance(data, Dataset) or (hasattr(data, "__getitem__") and hasattr(data, "__len__")):
+        return TorchSource(data)
+    raise TypeError(
+        f"cannot load data of type {type(data).__name__}; give a datasets.Dataset or DatasetDict, a map-style "
+        f"torch Dataset, or a list of tensors"
+    )
+
+
+def unpack_dataset_dict(data: Any, val_data: Any, test_data: Any) -> tuple[Any, Any, Any]:
+    """The train, validation and test datasets of a ``DatasetDict``; explicit val/test data must not clash."""
+    if "train" not in data:
+        raise ValueError(f"the DatasetDict has no 'train' split; its splits are {list(data)}")
+    val = data.get("validation", data.get("val"))
+    if val is not None and val_data is not None:
+        raise ValueError("val_data was given, but the DatasetDict has a validation split too; pass one")
+    return data["train"], val_data if val_data is not None else val, (
+        test_data if test_data is not None else data.get("test")
+    )

@@ -1,0 +1,78 @@
+"""Tokenization of raw-text columns, once per dataset at setup, with batched ``datasets.map``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.sources.adapt import HFSource, MapSource
+from engine.sources.inputs import needs_tokenizer, row_keys, text_fields
+from task_spec import TaskSpec
+
+
+class _TokenizeBatch:
+    """A picklable ``map`` function, so ``datasets`` can fingerprint and cache the result."""
+
+    def __init__(self, tokenizer: Any, text_field: str, target_field: str | None, labels_key: str,
+                 max_length: int | None, max_target_length: int | None) -> None:
+        self.tokenizer = tokenizer
+        self.text_field = text_field
+        self.target_field = target_field
+        self.labels_key = labels_key
+        self.max_length = max_length
+        self.max_target_length = max_target_length
+
+    def __call__(self, batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        truncate = self.max_length is not None
+        encoded = self.tokenizer(batch[self.text_field], truncation=truncate, max_length=self.max_length)
+        out = {key: encoded[key] for key in ("input_ids", "attention_mask") if key in encoded}
+        if self.target_field is not None:
+            truncate = self.max_target_length is not None
+            targets = self.tokenizer(text_target=batch[self.target_field], truncation=truncate,
+                                     max_length=self.max_target_length)
+            out[self.labels_key] = targets["input_ids"]
+        return out
+
+
+def tokenize_dataset(dataset: Any, spec: TaskSpec, tokenizer: Any) -> Any:
+    """Return ``dataset`` with its raw text replaced by token ids (``input_ids``, ``attention_mask``,
+    and ``labels`` from the target text for seq2seq). Other columns are kept."""
+    text_field, target_text = text_fields(spec)
+    if target_text is not None and target_text not in dataset.column_names:
+        target_text = None
+    consumed = [c for c in (text_field, target_text) if c is not None]
+    function = _TokenizeBatch(
+        tokenizer,
+        text_field,
+        target_text,
+        spec.target_field or "labels",
+        spec.max_seq_len,
+        spec.additional_config.get("max_target_len"),
+    )
+    progress = {"desc": f"Tokenizing {text_field!r}"} if hasattr(dataset, "cache_files") else {}  # not streams
+    return dataset.map(function, batched=True, remove_columns=consumed, **progress)
+
+
+def prepare_source(source: MapSource, spec: TaskSpec | None, tokenizer: Any) -> MapSource:
+    """Raw text becomes token ids; image and audio columns of HF data come back as tensors (Arrow ``Image``
+    columns as CHW uint8), so the collators see one layout whatever the storage. Other sources pass as is."""
+    if not isinstance(source, HFSource) or spec is None:
+        return source
+    if needs_tokenizer(row_keys(source), spec, source):
+        return HFSource(tokenize_dataset(source.dataset, spec, tokenizer))
+    if spec.modality in ("vision", "audio"):
+        columns = [c for c in (*spec.input_fields, spec.target_field) if c in source.column_names]
+        return HFSource(source.dataset.with_format("torch", columns=columns, output_all_columns=True))
+    return source
+
+
+def prepare_stream(stream: Any, spec: TaskSpec | None, tokenizer: Any) -> Any:
+    """The streaming twin of :func:`prepare_source`: tokenization and tensor formatting happen lazily."""
+    if spec is None:
+        return stream
+    columns = stream.column_names or list(next(iter(stream)))
+    text_field, _ = text_fields(spec)
+    if spec.modality in ("text", "multimodal") and spec.input_fields[0] not in columns and text_field in columns:
+        return tokenize_dataset(stream, spec, tokenizer)
+    if spec.modality in ("vision", "audio"):
+        return stream.with_format("torch")
+    return stream
