@@ -6,7 +6,8 @@ from engine.epochs import set_epoch
 from engine.factory import DataLoaderFactory
 from engine.module import MultiDataModule, UniversalDataModule
 from engine.multi.config import EpochLengthPolicy, MultiDataLoaderConfig, SamplingStrategy
-from engine.multi.loader import MultiDataLoader, build_multi_loader
+from engine.multi.loader import MultiDataLoader
+from engine.multi.module import build_multi_loader
 from engine.protocol import DataModuleProtocol
 from engine.rng import derive_seed
 from engine.sampling.eval import ShardedEvalBatchSampler

@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from engine._checks import check_int
+
 
 @dataclass
 class DataLoaderConfig:
@@ -44,12 +46,12 @@ class DataLoaderConfig:
     """'fork', 'spawn' or 'forkserver'; None uses the platform default."""
 
     def __post_init__(self) -> None:
-        _check_int("batch_size", self.batch_size, minimum=1)
-        _check_int("num_workers", self.num_workers, minimum=0)
+        check_int("batch_size", self.batch_size, minimum=1)
+        check_int("num_workers", self.num_workers, minimum=0)
         if self.prefetch_factor is not None:
-            _check_int("prefetch_factor", self.prefetch_factor, minimum=1)
+            check_int("prefetch_factor", self.prefetch_factor, minimum=1)
         if self.seed is not None:
-            _check_int("seed", self.seed, minimum=0)
+            check_int("seed", self.seed, minimum=0)
         for name in ("shuffle", "drop_last"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"DataLoaderConfig.{name} should be a bool, but got {name}={getattr(self, name)!r}")
@@ -111,8 +113,4 @@ class DataLoaderConfig:
         return kwargs, reasons
 
 
-def _check_int(name: str, value: Any, *, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"DataLoaderConfig.{name} should be an int, but got {name}={value!r}")
-    if value < minimum:
-        raise ValueError(f"DataLoaderConfig.{name} should be >= {minimum}, but got {name}={value}")
+

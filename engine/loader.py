@@ -12,6 +12,7 @@ import torch.distributed as dist
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from engine.distributed import stop_together
+from engine.state import ITERATOR_FINISHED, sampler_state_of
 
 
 class ResumableLoader(StatefulDataLoader):
@@ -51,7 +52,19 @@ class ResumableLoader(StatefulDataLoader):
         return super().state_dict()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        super().load_state_dict(state_dict)
+        """torchdata's, with the sampler's part checked now rather than at the first batch, and a state saved
+        after its pass ended applied to the sampler alone: torchdata would build an iterator for it, see it
+        finished and build another, and with workers the first has already drawn from the sampler, which would
+        skip an epoch. The sampler's state says all there is: the next epoch, from its start."""
+        sampler_state = sampler_state_of(state_dict) if isinstance(state_dict, dict) else None
+        check = getattr(self.batch_sampler, "check_state", None)
+        if sampler_state is not None and check is not None:
+            check(sampler_state)
+        if sampler_state is not None and check is not None and state_dict.get(ITERATOR_FINISHED):
+            super().load_state_dict({})
+            self.batch_sampler.load_state_dict(sampler_state)
+        else:
+            super().load_state_dict(state_dict)
         self._parked = None
 
 

@@ -19,7 +19,7 @@ from engine.sources.adapt import MapSource
 from engine.sources.given import prepare_inputs, take_inputs
 from engine.sources.streams import EpochStream, check_resumable
 from engine.splits import SplitPlan
-from engine.state import TrainPosition, check_compatible, module_identity
+from engine.state import TrainPosition, check_compatible, check_structure, module_identity
 from engine.tools.device import DeviceNormalize
 from engine.tools.summary import render_html, render_text
 from engine.tools.validation import validate_first_batch
@@ -116,8 +116,6 @@ class UniversalDataModule(lightning.LightningDataModule):
         self._position = TrainPosition()
         self._fingerprint: str | None = None
 
-    # -- setup ---------------------------------------------------------------------------------------
-
     @defer_to_named
     def setup(self, stage: str | None = None) -> None:
         """Tokenize raw text and compute the splits, once; later calls (any stage) do nothing."""
@@ -146,13 +144,14 @@ class UniversalDataModule(lightning.LightningDataModule):
         return {role: (len(self.datasets[role]) if hasattr(self.datasets[role], "__len__") else None)
                 if role in self.datasets else 0 for role in ("train", "val", "test", "predict")}
 
-    # -- loaders -------------------------------------------------------------------------------------
-
     @defer_to_named
     def train_dataloader(self) -> StatefulDataLoader:
         """The training loader; the same object on every call, so its sampler carries the epoch forward."""
         if self._position.loader is None:
-            train = self._split("train")
+            self.setup()
+            if "train" not in self.datasets:
+                raise ValueError("there is no train data: pass train_data=... to UniversalDataModule")
+            train = self.datasets["train"]
             sampler = None if isinstance(train, EpochStream) else self._train_sampler(train)
             self._position.attach(self._factory.create_dataloader(
                 train, self.train_config, batch_sampler=sampler, rank=self.rank, num_replicas=self.world_size,
@@ -195,20 +194,13 @@ class UniversalDataModule(lightning.LightningDataModule):
         return self._factory.eval_dataloader(self.datasets[role], self.eval_config, role=role, rank=self.rank,
                                              num_replicas=self.world_size)
 
-    def _split(self, role: str) -> MapSource:
-        self.setup()
-        if role not in self.datasets:
-            raise ValueError(f"there is no {role} data: pass {role}_data=... to UniversalDataModule")
-        return self.datasets[role]
-
-    # -- resume state ----------------------------------------------------------------------------------
-
     @defer_to_named
     def identity(self) -> dict[str, Any]:
         """What a saved state must match to be loaded here: version, seed, fingerprints, ranks and workers."""
         self.setup()
+        config, options = self.train_config, {"batching": self.batching, "max_tokens": self.max_tokens}
         return module_identity(seed=self.seed, data_fingerprint=self._fingerprint, split_plan=self.split_plan,
-                               world_size=self.world_size, num_workers=self.train_config.num_workers)
+                               world_size=self.world_size, config=config, uneven=self.uneven, **options)
 
     @defer_to_named
     def state_dict(self) -> dict[str, Any]:
@@ -225,14 +217,15 @@ class UniversalDataModule(lightning.LightningDataModule):
         Raises if the state was saved from other data, seed, splits or number of ranks. A train loader
         already handed out is replaced; iterators still running over it raise rather than yield stale rows.
         """
+        check_structure(state_dict)
         check_compatible(state_dict, self.identity())  # not state_dict(): that would query the loader too
         if self._stream is not None and state_dict.get("train_loader"):
             check_resumable(self._stream)
         self._position.load(state_dict, retired_because=(
             "UniversalDataModule.load_state_dict() replaced this train loader; call dm.train_dataloader() "
             "again and iterate the new loader to continue from the loaded state"))
-
-    # -- notebook summary ----------------------------------------------------------------------------
+        if "train" in self.datasets:
+            self.train_dataloader()  # hands the loader its state now, so a bad position is refused here
 
     @defer_to_named
     def __repr__(self) -> str:
@@ -246,8 +239,7 @@ class UniversalDataModule(lightning.LightningDataModule):
 
 
 class MultiDataModule(UniversalDataModule):
-    """A UniversalDataModule over several named datasets: ``MultiDataModule({name: data}, ...)`` is
-    ``UniversalDataModule({name: data}, ...)``, with a check that the data are named."""
+    """``UniversalDataModule({name: data}, ...)``, refusing a single dataset."""
 
     def __init__(self, train_data: Mapping[str, Any], **options: Any) -> None:
         if not is_named_datasets(train_data):

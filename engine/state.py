@@ -17,13 +17,16 @@ from engine.rng import hash_into
 from engine.sources.adapt import HFSource, MapSource, TorchSource
 from engine.sources.streams import EpochStream
 
-STATE_VERSION = 2
-"""Version of every state the engine writes (module, multi-module, multi-loader)."""
+STATE_VERSION = 3
+"""Version of every state the engine writes (module, multi-module, multi-loader). 3: the batching options and
+the sampler's epoch offset are saved."""
 SAMPLED_ROWS = 16
 
 VERSION, SEED, EPOCH = "version", "seed", "epoch"
 DATA_FINGERPRINT, SPLIT_FINGERPRINT = "data_fingerprint", "split_fingerprint"
 WORLD_SIZE, NUM_WORKERS = "world_size", "num_workers"
+BATCH_SIZE, SHUFFLE, DROP_LAST, UNEVEN = "batch_size", "shuffle", "drop_last", "uneven"
+BATCHING, MAX_TOKENS = "batching", "max_tokens"
 TRAIN_LOADER = "train_loader"
 """The train loader's own (torchdata) state: the sampler's epoch and position, and per-worker state."""
 CHILDREN, MULTI = "children", "multi"
@@ -35,8 +38,16 @@ IDENTITY_CHECKS = {
     SPLIT_FINGERPRINT: "the train/val/test split differs (val_split, test_split or the data changed)",
     WORLD_SIZE: "the number of ranks differs, so each rank would read other rows",
     NUM_WORKERS: "torchdata resumes a loader's position only with the same number of worker processes",
+    BATCH_SIZE: "the saved position counts batches of the old size, so rows would be lost or repeated",
+    SHUFFLE: "the order of the epoch differs, so the rest of the saved epoch would lose or repeat rows",
+    BATCHING: "the batching mode cuts the epoch into other batches, so rows would be lost or repeated",
+    MAX_TOKENS: "the token budget cuts the epoch into other batches, so rows would be lost or repeated",
+    DROP_LAST: "the epoch has another number of batches, so the saved position points elsewhere",
+    UNEVEN: "ranks are equalized another way, so each rank's rows differ",
 }
 """What a saved state must match to be loaded, and why each matters."""
+LOADER_OPTIONS = (BATCH_SIZE, SHUFFLE, BATCHING, MAX_TOKENS, DROP_LAST, UNEVEN)
+"""Identity fields that are the module's own options: the fix is to resume with the saved value."""
 
 
 def data_fingerprint(source: MapSource) -> str:
@@ -62,12 +73,34 @@ def data_fingerprint(source: MapSource) -> str:
     return digest.hexdigest()
 
 
-def module_identity(*, seed: int, data_fingerprint: str | None, split_plan: Any, world_size: int,
-                    num_workers: int) -> dict[str, Any]:
-    """The identity part of a module's state: what a saved state must match to be loaded."""
+def module_identity(*, seed: int, data_fingerprint: str | None, split_plan: Any, world_size: int, config: Any,
+                    uneven: str, batching: str, max_tokens: int | None) -> dict[str, Any]:
+    """The identity part of a module's state: what a saved state must match to be loaded (``config`` is the
+    train loader's :class:`~engine.config.DataLoaderConfig`)."""
     return {VERSION: STATE_VERSION, SEED: seed, DATA_FINGERPRINT: data_fingerprint,
             SPLIT_FINGERPRINT: split_plan.fingerprint if split_plan is not None else None,
-            WORLD_SIZE: world_size, NUM_WORKERS: num_workers}
+            WORLD_SIZE: world_size, NUM_WORKERS: config.num_workers, BATCH_SIZE: config.batch_size,
+            SHUFFLE: config.shuffle, BATCHING: batching, MAX_TOKENS: max_tokens, DROP_LAST: config.drop_last,
+            UNEVEN: uneven}
+
+
+def check_structure(state: Any, required: tuple[str, ...] = (VERSION, SEED, EPOCH, TRAIN_LOADER)) -> None:
+    """Refuse what is not a saved state at all: not a mapping, keys missing, a loader part of the wrong type."""
+    if not isinstance(state, Mapping):
+        raise TypeError(f"state_dict should be a dict from dm.state_dict() (or a checkpoint's data module "
+                        f"entry), but got {type(state).__name__}: {state!r:.80}")
+    missing = [key for key in required if key not in state]
+    if missing:
+        raise ValueError(f"the checkpoint's data state is missing {missing} (it has {sorted(state)}); without them "
+                         f"the run cannot resume where it stopped. Pass the whole dict from dm.state_dict()")
+    loader_state = state.get(TRAIN_LOADER)
+    if loader_state is not None and not isinstance(loader_state, Mapping):
+        raise TypeError(f"the checkpoint's data state should hold the train loader's state dict (or None before "
+                        f"any training) under {TRAIN_LOADER!r}, but got {type(loader_state).__name__}")
+    epoch = state.get(EPOCH)
+    if EPOCH in required and (isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0):
+        raise ValueError(f"the checkpoint's data state should have a non-negative integer epoch, but got "
+                         f"epoch={epoch!r}")
 
 
 def check_compatible(saved: Mapping[str, Any], current: Mapping[str, Any]) -> None:
@@ -79,10 +112,11 @@ def check_compatible(saved: Mapping[str, Any], current: Mapping[str, Any]) -> No
         )
     for key, why in IDENTITY_CHECKS.items():
         if saved.get(key) != current.get(key):
+            fix = (f"Resume with {key}={saved.get(key)!r}" if key in LOADER_OPTIONS
+                   else "Resume with the same data, seed, splits and number of ranks")
             raise ValueError(
                 f"the checkpoint's data state does not match this data module: {key} was {saved.get(key)!r} when "
-                f"saved and is {current.get(key)!r} now ({why}). Resume with the same data, seed, splits and "
-                f"number of ranks, or start a new run"
+                f"saved and is {current.get(key)!r} now ({why}). {fix}, or start a new run"
             )
 
 
@@ -129,16 +163,7 @@ class TrainPosition:
             return loader
         if isinstance(loader.dataset, EpochStream):  # a stream's epoch is set here, in the parent
             loader.dataset.set_epoch(self._pending_epoch)
-        sampler_state = sampler_state_of(pending)
-        if hasattr(loader.batch_sampler, "check_state") and sampler_state is not None:
-            loader.batch_sampler.check_state(sampler_state)  # now, not at the first batch
-        if pending.get(ITERATOR_FINISHED) and sampler_state is not None:
-            # Saved after the pass ended: torchdata would build an iterator for the state, see it finished and
-            # build another. With workers the first one has already drawn from the sampler, so the next epoch
-            # would be skipped. The sampler's own state says all there is: the next epoch, from its start.
-            loader.batch_sampler.load_state_dict(sampler_state)
-        else:
-            loader.load_state_dict(pending)
+        loader.load_state_dict(pending)
         return loader
 
 

@@ -17,6 +17,7 @@ import numpy as np
 from torch.utils.data import Dataset, IterableDataset
 
 from engine import distributed
+from engine._checks import check_int
 from engine.datasets.cache import ByteBudgetLRU
 from engine.datasets.modes import LoadingMode, resolve_mode
 
@@ -50,9 +51,8 @@ class FileDataset(Dataset):
     def _init_mode(self, num_rows: int, mode: LoadingMode | str, cache_bytes: int, block_rows: int) -> None:
         """Record the mode (a streaming class always streams) and, for EAGER, read everything now."""
         self.mode = LoadingMode.STREAMING if isinstance(self, IterableDataset) else resolve_mode(mode)
-        for name, value, minimum in (("cache_bytes", cache_bytes, 0), ("block_rows", block_rows, 1)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-                raise ValueError(f"{name} should be an int >= {minimum}, but got {name}={value!r}")
+        check_int("cache_bytes", cache_bytes, minimum=0)
+        check_int("block_rows", block_rows, minimum=1)
         self.num_rows = num_rows
         self.block_rows = block_rows
         self.cache = ByteBudgetLRU(cache_bytes) if self.mode is LoadingMode.CACHED else None

@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from engine._checks import check_int
+
 __all__ = ["ByteBudgetLRU", "sizeof"]
 
 _NUMBER_BYTES = 8
@@ -75,8 +77,7 @@ class ByteBudgetLRU:
     """
 
     def __init__(self, max_bytes: int) -> None:
-        if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0:
-            raise ValueError(f"max_bytes should be an int >= 0 (a byte budget), but got max_bytes={max_bytes!r}")
+        check_int("max_bytes", max_bytes, minimum=0, hint=" (a byte budget)")
         self.max_bytes = max_bytes
         self._items: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
         self._lock = threading.Lock()

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from engine._checks import check_int
+
 
 class SamplingStrategy(str, Enum):
     """Which loader serves each step."""
@@ -65,7 +67,7 @@ class MultiDataLoaderConfig:
         self.sampling_strategy = _member(SamplingStrategy, self.sampling_strategy, "sampling_strategy")
         self.epoch_length_policy = _member(EpochLengthPolicy, self.epoch_length_policy, "epoch_length_policy")
         for name in ("burst_size", "choice_rng_seed"):
-            _check_int(name, getattr(self, name), 1 if name == "burst_size" else 0)
+            check_int(name, getattr(self, name), minimum=1 if name == "burst_size" else 0)
         if not isinstance(self.cycle_short_loaders, bool):
             raise TypeError(f"cycle_short_loaders should be a bool, but got {self.cycle_short_loaders!r}")
         if self.dataloader_names is not None:
@@ -145,6 +147,17 @@ class MultiDataLoaderConfig:
                 raise ValueError(f"loaders {unused} never appear in alternating_pattern={self.alternating_pattern}; "
                                  f"add their indices or leave them out of the MultiDataLoader")
 
+    def check_lengths(self, names: list[str], lengths: list[int | None]) -> None:
+        """Refuse loaders without batches, and unknown lengths where the policy needs them."""
+        empty = [name for name, n in zip(names, lengths) if n == 0]
+        if empty:
+            raise ValueError(f"loaders {empty} have no batches; remove them from the MultiDataLoader")
+        if self.needs_lengths() and None in lengths:
+            unknown = [name for name, n in zip(names, lengths) if n is None]
+            raise ValueError(f"epoch_length_policy={self.epoch_length_policy.name} needs every loader's length, "
+                             f"but {unknown} have none (IterableDataset without __len__); use epoch_length_policy="
+                             f"FIXED_NUM_STEPS with steps_per_epoch=<batches per epoch>")
+
     def needs_lengths(self) -> bool:
         """Whether the schedule needs every loader's length (all but FIXED_NUM_STEPS)."""
         return self.epoch_length_policy is not EpochLengthPolicy.FIXED_NUM_STEPS
@@ -159,6 +172,4 @@ def _member(enum: type[Enum], value: Any, name: str) -> Any:
                          f"{name}={value!r}") from None
 
 
-def _check_int(name: str, value: Any, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name} should be an int >= {minimum}, but got {name}={value!r}")
+

@@ -14,16 +14,14 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from torchdata.stateful_dataloader import Stateful
+
+from engine._checks import check_int
 from engine.epochs import reach_epoch
-from engine.multi.config import EpochLengthPolicy, MultiDataLoaderConfig, SamplingStrategy
+from engine.multi.config import MultiDataLoaderConfig
 from engine.multi.schedule import Schedule, epoch_length, restart_epoch
 from engine.state import EPOCH, SEED, STATE_VERSION, VERSION
 from engine.tools.steps import loader_length
-
-__all__ = ["EpochLengthPolicy", "MultiDataLoader", "MultiDataLoaderConfig", "SamplingStrategy", "build_multi_loader"]
-
-def _stateful(loader: Any) -> bool:
-    return callable(getattr(loader, "state_dict", None)) and callable(getattr(loader, "load_state_dict", None))
 
 
 class MultiDataLoader:
@@ -54,16 +52,9 @@ class MultiDataLoader:
         config.check_loaders(names)
         self.config, self.names, self.loaders = config, names, dict(loaders)
         self._children = list(self.loaders.values())
-        lengths = self._current_lengths()
-        empty = [name for name, n in zip(names, lengths) if n == 0]
-        if empty:
-            raise ValueError(f"loaders {empty} have no batches; remove them from the MultiDataLoader")
-        if config.needs_lengths() and None in lengths:
-            unknown = [name for name, n in zip(names, lengths) if n is None]
-            raise ValueError(f"epoch_length_policy={config.epoch_length_policy.name} needs every loader's length, "
-                             f"but {unknown} have none (IterableDataset without __len__); use epoch_length_policy="
-                             f"FIXED_NUM_STEPS with steps_per_epoch=<batches per epoch>")
+        config.check_lengths(names, self._current_lengths())
         self._epoch, self._fresh = 0, True
+        self._offset, self._loaded_pass = 0, None  # as in EpochBatchSampler: callers' epochs after a resume
         self._start_epoch(0)
         self.sampler = _EpochHook(self)
 
@@ -87,9 +78,18 @@ class MultiDataLoader:
         return [self.names[i] for i in Schedule(self.config, lengths, epoch).head()]
 
     def set_epoch(self, epoch: int) -> None:
-        """Pin the epoch of the next iteration and forward it to every child loader."""
-        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
-            raise ValueError(f"epoch should be an int >= 0, but got epoch={epoch!r}")
+        """Pin the epoch of the next iteration and forward it to every child loader.
+
+        After resuming a pass that the caller counted as done (Lightning stopping at ``max_steps`` mid-epoch),
+        the pass goes on and the caller's later epochs map onto the data's, as in ``EpochBatchSampler.set_epoch``.
+        """
+        epoch = check_int("epoch", epoch, minimum=0)
+        loaded, self._loaded_pass = self._loaded_pass, None
+        if loaded is not None and epoch - self._offset > loaded:
+            self._offset = epoch - loaded
+            return
+        self._offset = self._offset if epoch >= self._offset else 0
+        epoch -= self._offset
         if epoch != self._epoch or not self._fresh:
             self._start_epoch(epoch)
         self._fresh = True
@@ -117,6 +117,8 @@ class MultiDataLoader:
         if not self._fresh:
             self._start_epoch(self._epoch + 1)
         self._fresh = False
+        if self._loaded_pass != self._epoch or not self._position:
+            self._loaded_pass = None
         while True:
             slot = self._next_slot()
             if slot is None:
@@ -173,7 +175,7 @@ class MultiDataLoader:
             self._pass_epoch[i] = restart_epoch(self.config.choice_rng_seed, self._epoch, self._restarts[i])
             self._taken[i] = 0
         reach_epoch(child, self._pass_epoch[i])
-        if pending and _stateful(child):
+        if pending and isinstance(child, Stateful):
             child.load_state_dict(pending)  # the child continues its pass from its own state
             return iter(child)
         iterator = iter(child)
@@ -189,12 +191,12 @@ class MultiDataLoader:
         for i, name in enumerate(self.names):
             running = self._pass_epoch[i] is not None
             state = self._pending[i]
-            if state is None and running and self._iterators[i] is not None and _stateful(self._children[i]):
+            if state is None and running and self._iterators[i] is not None and isinstance(self._children[i], Stateful):
                 state = self._children[i].state_dict()
             children[name] = {"pass_epoch": self._pass_epoch[i], "taken": self._taken[i],
                               "restarts": self._restarts[i], "dropped": self._dropped[i], "loader": state}
         return {VERSION: STATE_VERSION, SEED: self.config.choice_rng_seed, EPOCH: self._epoch,
-                "position": self._position, "cursor": self._cursor,
+                "position": self._position, "cursor": self._cursor, "epoch_offset": self._offset,
                 "lengths": self._lengths, "children": children}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -204,6 +206,8 @@ class MultiDataLoader:
             KeyError: ``state`` lacks a key or names other loaders.
             ValueError: It was saved with another ``choice_rng_seed``.
         """
+        if not isinstance(state, dict):
+            raise TypeError(f"state should be a dict from MultiDataLoader.state_dict(), but got {type(state).__name__}")
         missing = {"version", "seed", "epoch", "position", "cursor", "lengths", "children"} - set(state)
         if missing:
             raise KeyError(f"MultiDataLoader state is missing {sorted(missing)}; got keys {sorted(state)}")
@@ -222,8 +226,10 @@ class MultiDataLoader:
             if child["pass_epoch"] is not None:
                 self._pending[i] = child["loader"] if child["loader"] is not None else {}
         self._fresh = True  # the next iteration continues the saved epoch, or starts the next one if it was done
+        self._offset = check_int("epoch_offset", state.get("epoch_offset", 0), minimum=0)
         if self._lengths is not None and self._next_slot() is None:
             self._start_epoch(self._epoch + 1)
+        self._loaded_pass = self._epoch if self._position else None
 
     def __repr__(self) -> str:
         return (f"MultiDataLoader({self.names}, strategy={self.config.sampling_strategy.name}, "
@@ -242,18 +248,3 @@ class _EpochHook:
 
     def set_epoch(self, epoch: int) -> None:
         self.multi.set_epoch(epoch)
-
-
-def build_multi_loader(
-    named_loaders: Mapping[str, Any], config: MultiDataLoaderConfig | None = None
-) -> MultiDataLoader:
-    """A :class:`MultiDataLoader` over ``{name: loader}`` (e.g. one StatefulDataLoader per dataset and task spec).
-
-    Example:
-        >>> multi = build_multi_loader({"a": [1, 2, 3], "b": [10]}, MultiDataLoaderConfig(cycle_short_loaders=False))
-        >>> list(multi)
-        [('a', 1), ('b', 10), ('a', 2), ('a', 3)]
-    """
-    if not isinstance(named_loaders, Mapping) or not named_loaders:
-        raise ValueError(f"named_loaders should be a non-empty dict of name -> loader, but got {named_loaders!r}")
-    return MultiDataLoader(named_loaders, config)

@@ -14,10 +14,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from engine.multi.config import MultiDataLoaderConfig
-from engine.multi.loader import MultiDataLoader, build_multi_loader
+from engine.multi.loader import MultiDataLoader
 from engine.rng import derive_seed
 from engine.sources.adapt import is_hf_dataset_dict
-from engine.state import CHILDREN, MULTI, STATE_VERSION, VERSION
+from engine.state import CHILDREN, EPOCH, MULTI, STATE_VERSION, TRAIN_LOADER, VERSION, check_compatible, check_structure
 
 PER_NAME_OPTIONS = ("val_data", "test_data", "predict_data")
 """Options that may be given per name as ``{name: data}``; every other option applies to every child."""
@@ -133,12 +133,14 @@ class NamedDatasets:
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Check every child's data against the state, then continue the schedule where it stopped."""
-        saved = state_dict.get(CHILDREN, {})
+        check_structure(state_dict, required=(VERSION, CHILDREN, MULTI))
+        check_compatible(state_dict, {VERSION: STATE_VERSION})
+        saved = state_dict[CHILDREN]
         if sorted(saved) != sorted(self.children):
             raise ValueError(f"the checkpoint has datasets {sorted(saved)}, but this module has "
                              f"{sorted(self.children)}; resume with the same named datasets")
-        for name, child in self.children.items():
-            child.load_state_dict(saved[name])
+        for name, child in self.children.items():  # their positions are in the multi-loader's state
+            child.load_state_dict({**saved[name], EPOCH: 0, TRAIN_LOADER: None})
         self._train_loader = None
         self._pending_loader_state = state_dict.get(MULTI)
 
@@ -157,3 +159,18 @@ def _per_name(value: Any, names: list[str], what: str) -> dict[str, Any]:
         raise ValueError(f"{what} names {sorted(value)} do not match the train datasets {sorted(names)}; "
                          f"give one {what} per name, or a single {what} for all")
     return dict(value)
+
+
+def build_multi_loader(
+    named_loaders: Mapping[str, Any], config: MultiDataLoaderConfig | None = None
+) -> MultiDataLoader:
+    """A :class:`MultiDataLoader` over ``{name: loader}`` (e.g. one StatefulDataLoader per dataset and task spec).
+
+    Example:
+        >>> multi = build_multi_loader({"a": [1, 2, 3], "b": [10]}, MultiDataLoaderConfig(cycle_short_loaders=False))
+        >>> list(multi)
+        [('a', 1), ('b', 10), ('a', 2), ('a', 3)]
+    """
+    if not isinstance(named_loaders, Mapping) or not named_loaders:
+        raise ValueError(f"named_loaders should be a non-empty dict of name -> loader, but got {named_loaders!r}")
+    return MultiDataLoader(named_loaders, config)

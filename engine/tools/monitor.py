@@ -17,6 +17,8 @@ import lightning
 import psutil
 import torch
 
+from engine._checks import check_int
+
 MB = 1024 * 1024
 
 
@@ -89,8 +91,7 @@ class DataMonitor:
     """
 
     def __init__(self, *, memory_every: int = 50) -> None:
-        if not isinstance(memory_every, int) or memory_every < 1:
-            raise ValueError(f"memory_every should be an int >= 1, but got memory_every={memory_every!r}")
+        check_int("memory_every", memory_every, minimum=1)
         self.memory_every = memory_every
         self._process = psutil.Process()
         self.reset()
@@ -180,8 +181,7 @@ class DataMonitorCallback(lightning.Callback):
     """
 
     def __init__(self, *, log_every_n_steps: int = 50, memory_every: int = 50, prefix: str = "data/") -> None:
-        if not isinstance(log_every_n_steps, int) or log_every_n_steps < 1:
-            raise ValueError(f"log_every_n_steps should be an int >= 1, but got {log_every_n_steps!r}")
+        check_int("log_every_n_steps", log_every_n_steps, minimum=1)
         self.log_every_n_steps, self.prefix = log_every_n_steps, prefix
         self.monitor = DataMonitor(memory_every=memory_every)
         self._last_end: float | None = None

@@ -20,13 +20,12 @@ import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from engine._checks import check_int
+
 Batch = dict[str, Any]
 """A batch as the collators build it: field name -> tensor (or list, for fields that do not stack)."""
 
 
-def _check_count(name: str, value: Any, *, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name} should be an int >= {minimum}, but got {name}={value!r}")
 
 
 def loader_length(dataloader: Iterable[Any]) -> int | None:
@@ -59,7 +58,7 @@ def get_epoch_length(dataloader: Iterable[Any], length: int | None = None) -> in
         (5, 3)
     """
     if length is not None:
-        _check_count("length", length, minimum=0)
+        check_int("length", length, minimum=0)
         return length
     known = loader_length(dataloader)
     if known is None:
@@ -145,15 +144,15 @@ def get_train_dataloader_steps(
         >>> get_train_dataloader_steps(loader, None, 2, dp_size=4), get_train_dataloader_steps(loader, 5, 2)
         ((64, 13, 2), (16, 10, 2))
     """
-    _check_count("gradient_accumulation_steps", gradient_accumulation_steps, minimum=1)
-    _check_count("dp_size", dp_size, minimum=1)
+    check_int("gradient_accumulation_steps", gradient_accumulation_steps, minimum=1)
+    check_int("dp_size", dp_size, minimum=1)
     known = loader_length(dataloader)
     if train_steps_per_epoch is None:
         if known is None:
             raise _unknown_length(dataloader, "train_steps_per_epoch")
         steps = known
     else:
-        _check_count("train_steps_per_epoch", train_steps_per_epoch, minimum=1)
+        check_int("train_steps_per_epoch", train_steps_per_epoch, minimum=1)
         steps = train_steps_per_epoch * gradient_accumulation_steps
         if known is not None and steps > known:  # upstream compares before multiplying; batches are what run out
             warnings.warn(f"train_steps_per_epoch={train_steps_per_epoch} x gradient_accumulation_steps="
@@ -161,7 +160,7 @@ def get_train_dataloader_steps(
                           f"epoch", UserWarning, stacklevel=2)
     if batch_size is None:
         batch_size = loader_batch_size(dataloader)
-    _check_count("batch_size", batch_size, minimum=1)
+    check_int("batch_size", batch_size, minimum=1)
     return batch_size * dp_size * gradient_accumulation_steps, steps, gradient_accumulation_steps
 
 
@@ -197,15 +196,15 @@ def get_val_dataloader_steps(
         >>> get_val_dataloader_steps(range(10), None, num_sanity_val_steps=3, dp_size=4)
         (2, 1)
     """
-    _check_count("num_sanity_val_steps", num_sanity_val_steps, minimum=0)
-    _check_count("dp_size", dp_size, minimum=1)
+    check_int("num_sanity_val_steps", num_sanity_val_steps, minimum=0)
+    check_int("dp_size", dp_size, minimum=1)
     known = loader_length(dataloader)
     if val_steps_per_epoch is None:
         if known is None:
             raise _unknown_length(dataloader, "val_steps_per_epoch")
         batches = known
     else:
-        _check_count("val_steps_per_epoch", val_steps_per_epoch, minimum=0)
+        check_int("val_steps_per_epoch", val_steps_per_epoch, minimum=0)
         batches = val_steps_per_epoch
         if known is not None and batches > known:
             warnings.warn(f"val_steps_per_epoch={batches}, but the loader has only {known} batches",

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from engine._checks import check_int
 from engine.config import DataLoaderConfig
 from engine.factory import DataLoaderFactory
 from engine.tools.monitor import batch_counts
@@ -131,8 +132,7 @@ def recommend_num_workers(
         raise ValueError(f"candidates should be a non-empty tuple of ints >= 0, but got candidates={candidates!r}")
     if len(set(candidates)) != len(candidates):
         raise ValueError(f"candidates should be distinct, but got candidates={candidates!r}")
-    if not isinstance(max_batches, int) or max_batches < 1:
-        raise ValueError(f"max_batches should be an int >= 1, but got max_batches={max_batches!r}")
+    check_int("max_batches", max_batches, minimum=1)
     children = getattr(dataset_or_module, "children", None)
     if children:  # several named datasets share the worker setting: the count the most demanding child needs
         results = {name: recommend_num_workers(child, collate_fn, candidates, batch_size=batch_size,

@@ -8,11 +8,11 @@ class TestValidation:
     @pytest.mark.parametrize(
         ("kwargs", "error", "match"),
         [
-            ({"batch_size": 0}, ValueError, r"DataLoaderConfig.batch_size should be >= 1, but got batch_size=0"),
-            ({"batch_size": 2.5}, TypeError, r"batch_size should be an int, but got batch_size=2.5"),
-            ({"num_workers": -1}, ValueError, r"num_workers should be >= 0"),
-            ({"prefetch_factor": 0}, ValueError, r"prefetch_factor should be >= 1"),
-            ({"seed": -3}, ValueError, r"seed should be >= 0"),
+            ({"batch_size": 0}, ValueError, r"^batch_size should be a positive integer, but got batch_size=0$"),
+            ({"batch_size": 2.5}, TypeError, r"batch_size should be a positive integer, but got batch_size=2.5"),
+            ({"num_workers": -1}, ValueError, r"num_workers should be a non-negative integer, but got num_workers=-1"),
+            ({"prefetch_factor": 0}, ValueError, r"prefetch_factor should be a positive integer"),
+            ({"seed": -3}, ValueError, r"seed should be a non-negative integer"),
             ({"shuffle": "yes"}, TypeError, r"shuffle should be a bool"),
             ({"pin_memory": 1}, TypeError, r"pin_memory should be True, False or None"),
             ({"persistent_workers": True}, ValueError, r"persistent_workers=True needs worker processes"),

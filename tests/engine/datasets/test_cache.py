@@ -132,9 +132,10 @@ class TestByteBudgetLRU:
         cache.reset_stats()
         assert cache.stats()["hits"] == 0
 
-    @pytest.mark.parametrize("budget", [-1, 1.5, True, "10"])
-    def test_bad_budget(self, budget):
-        with pytest.raises(ValueError, match="max_bytes should be an int >= 0"):
+    @pytest.mark.parametrize(("budget", "error"), [(-1, ValueError), (1.5, TypeError), (True, TypeError),
+                                                   ("10", TypeError)])
+    def test_bad_budget(self, budget, error):
+        with pytest.raises(error, match="max_bytes should be a non-negative integer, but got max_bytes="):
             ByteBudgetLRU(budget)
 
 

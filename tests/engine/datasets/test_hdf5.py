@@ -135,7 +135,7 @@ class TestErrors:
             HDF5Dataset(h5_path, keys={"x": "a", "y": "a"})
         with pytest.raises(ValueError, match="mode should be one of LoadingMode.LAZY.*but got mode='fast'"):
             HDF5Dataset(h5_path, mode="fast")
-        with pytest.raises(ValueError, match="cache_bytes should be an int >= 0, but got cache_bytes=-1"):
+        with pytest.raises(ValueError, match="cache_bytes should be a non-negative integer, but got cache_bytes=-1"):
             HDF5Dataset(h5_path, mode="cached", cache_bytes=-1)
 
 

@@ -155,5 +155,5 @@ class TestConstruction:
         assert isinstance(Custom(h5_ids), FileDataset)
 
     def test_bad_block_rows(self, h5_ids):
-        with pytest.raises(ValueError, match="block_rows should be an int >= 1, but got block_rows=0"):
+        with pytest.raises(ValueError, match="block_rows should be a positive integer, but got block_rows=0"):
             HDF5Dataset(h5_ids, mode="streaming", block_rows=0)

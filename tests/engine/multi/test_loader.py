@@ -10,7 +10,8 @@ from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from engine import DataLoaderConfig, DataLoaderFactory
 from engine.multi.config import EpochLengthPolicy, MultiDataLoaderConfig, SamplingStrategy
-from engine.multi.loader import MultiDataLoader, build_multi_loader
+from engine.multi.loader import MultiDataLoader
+from engine.multi.module import build_multi_loader
 
 
 def child(rows, batch_size=2, seed=0, offset=0):
@@ -46,8 +47,8 @@ class TestConfig:
         (dict(sampling_strategy="alternating", alternating_pattern=[0, -1]), "non-empty list of loader indices"),
         (dict(epoch_length_policy="fixed_num_steps"), "FIXED_NUM_STEPS needs steps_per_epoch.*=None"),
         (dict(steps_per_epoch=5), "steps_per_epoch=5 applies only to epoch_length_policy=FIXED_NUM_STEPS"),
-        (dict(burst_size=0), "burst_size should be an int >= 1, but got burst_size=0"),
-        (dict(choice_rng_seed=-1), "choice_rng_seed should be an int >= 0"),
+        (dict(burst_size=0), "burst_size should be a positive integer, but got burst_size=0"),
+        (dict(choice_rng_seed=-1), "choice_rng_seed should be a non-negative integer"),
     ])
     def test_invalid_options(self, kwargs, match):
         with pytest.raises(ValueError, match=match):
@@ -193,7 +194,7 @@ class TestEpochsAndCycling:
         assert multi.epoch == 5 and stream.epochs[-1] == 5
         assert all(loader.batch_sampler.epoch == 5 for loader in loaders.values())
         assert [name for name, _ in multi] == ["a", "b", "s"] and stream.epochs[-1] == 5
-        with pytest.raises(ValueError, match="epoch should be an int >= 0, but got epoch=-1"):
+        with pytest.raises(ValueError, match="epoch should be a non-negative integer, but got epoch=-1"):
             multi.set_epoch(-1)
 
 

@@ -70,6 +70,34 @@ class TestResume:
         resumed.load_state_dict(first.state_dict())
         assert take(resumed, 20 - stop) == reference[stop:]
 
+    @pytest.mark.parametrize("steps", [6, 16])
+    def test_a_new_trainer_extends_a_run_stopped_at_max_steps(self, tmp_path, steps):
+        class Recorder(lightning.LightningModule):
+            def __init__(self):
+                super().__init__()
+                self.weight, self.seen = torch.nn.Parameter(torch.zeros(1)), []
+
+            def training_step(self, named, batch_index):
+                name, batch = named
+                self.seen.append((name, fingerprint(batch)))
+                return (self.weight ** 2).sum()
+
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        def trainer(max_steps):
+            return lightning.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, max_steps=max_steps,
+                                     enable_model_summary=False, num_sanity_val_steps=0, enable_checkpointing=False)
+
+        full = Recorder()
+        trainer(16).fit(full, datamodule=module())  # 11 steps per epoch: 16 crosses into the second
+        stopped = trainer(3)
+        stopped.fit(Recorder(), datamodule=module())
+        stopped.save_checkpoint(tmp_path / "three.ckpt")
+        extended = Recorder()
+        trainer(steps).fit(extended, datamodule=module(), ckpt_path=tmp_path / "three.ckpt")
+        assert extended.seen == full.seen[3:steps]
+
     def test_state_of_other_datasets_is_refused(self):
         state = module().state_dict()
         with pytest.raises(ValueError, match="does not match this data module"):

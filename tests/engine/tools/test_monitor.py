@@ -89,7 +89,7 @@ class TestDataMonitor:
         assert monitor.stats().samples == 16
 
     def test_rejects_bad_memory_interval(self):
-        with pytest.raises(ValueError, match="memory_every should be an int >= 1, but got memory_every=0"):
+        with pytest.raises(ValueError, match="memory_every should be a positive integer, but got memory_every=0"):
             DataMonitor(memory_every=0)
 
 
@@ -128,5 +128,5 @@ class TestDataMonitorCallback:
                                               "data/wait_share", "data/worker_rss_mb"}
 
     def test_rejects_bad_log_interval(self):
-        with pytest.raises(ValueError, match="log_every_n_steps should be an int >= 1"):
+        with pytest.raises(ValueError, match="log_every_n_steps should be a positive integer"):
             DataMonitorCallback(log_every_n_steps=0)

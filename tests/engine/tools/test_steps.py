@@ -54,7 +54,7 @@ class TestEpochLength:
     def test_unknown_length_names_the_argument(self):
         with pytest.raises(ValueError, match=r"its dataset \(Unsized\) has no __len__\. Pass length=<batches"):
             get_epoch_length(DataLoader(Unsized(), batch_size=2))
-        with pytest.raises(ValueError, match="length should be an int >= 0, but got length=-1"):
+        with pytest.raises(ValueError, match="length should be a non-negative integer, but got length=-1"):
             get_epoch_length(range(3), length=-1)
 
 
@@ -110,13 +110,15 @@ class TestTrainSteps:
                                              r"but the loader has only 7"):
             get_train_dataloader_steps(DataLoader(range(50), batch_size=8), 4, 2)
 
-    @pytest.mark.parametrize(("kwargs", "match"), [
-        (dict(train_steps_per_epoch=0), "train_steps_per_epoch should be an int >= 1"),
-        (dict(train_steps_per_epoch=None, gradient_accumulation_steps=0), "gradient_accumulation_steps should be"),
-        (dict(train_steps_per_epoch=None, dp_size=1.5), r"dp_size should be an int >= 1, but got dp_size=1\.5"),
+    @pytest.mark.parametrize(("kwargs", "error", "match"), [
+        (dict(train_steps_per_epoch=0), ValueError, "train_steps_per_epoch should be a positive integer"),
+        (dict(train_steps_per_epoch=None, gradient_accumulation_steps=0), ValueError,
+         "gradient_accumulation_steps should be"),
+        (dict(train_steps_per_epoch=None, dp_size=1.5), TypeError,
+         r"dp_size should be a positive integer, but got dp_size=1\.5"),
     ])
-    def test_invalid_counts(self, kwargs, match):
-        with pytest.raises(ValueError, match=match):
+    def test_invalid_counts(self, kwargs, error, match):
+        with pytest.raises(error, match=match):
             get_train_dataloader_steps(DataLoader(range(10), batch_size=2), **kwargs)
 
     def test_multi_loader(self):
@@ -148,7 +150,7 @@ class TestValSteps:
         assert get_val_dataloader_steps(DataLoader(Unsized(), batch_size=2), 6, dp_size=4) == (1, 0)
 
     def test_invalid_counts_and_overrun(self):
-        with pytest.raises(ValueError, match="num_sanity_val_steps should be an int >= 0"):
+        with pytest.raises(ValueError, match="num_sanity_val_steps should be a non-negative integer"):
             get_val_dataloader_steps(range(3), None, -1)
         with pytest.warns(UserWarning, match="val_steps_per_epoch=9, but the loader has only 3 batches"):
             get_val_dataloader_steps(range(3), 9)
