@@ -42,8 +42,8 @@ class RaggedColumn(NamedTuple):
 class RowInputs:
     """A batch given as row dicts (or bare id sequences, read as ``{'input_ids': row}``)."""
 
-    def __init__(self, rows: Any) -> None:
-        self.rows = as_mapping_rows(rows)
+    def __init__(self, rows: Any, target_keys: tuple[str, ...] = ()) -> None:
+        self.rows = as_mapping_rows(rows, target_keys)
         self.keys = list(self.rows[0])
 
     def __len__(self) -> int:
@@ -52,6 +52,10 @@ class RowInputs:
     def values(self, key: str) -> list[Any]:
         """The value of ``key`` in every row."""
         return column(self.rows, key)
+
+    def none_rows(self, key: str) -> list[int]:
+        """Indices of the rows whose ``key`` is None."""
+        return [index for index, row in enumerate(self.rows) if row[key] is None]
 
     def ids(self, key: str, *, allow_bool: bool = False) -> tuple[Any, torch.Tensor]:
         """Every row's ids under ``key`` concatenated (a new array), and each row's length (int64 tensor)."""
@@ -133,6 +137,15 @@ class ColumnInputs:
             return value.tolist()
         return list(value)
 
+    def none_rows(self, key: str) -> list[int]:
+        """Indices of the rows whose ``key`` is None (null in Arrow); one vectorized test for Arrow columns."""
+        value = self.columns[key]
+        if isinstance(value, (RaggedColumn, np.ndarray, torch.Tensor)):
+            return []
+        if _is_arrow(value):
+            return np.flatnonzero(value.is_null().to_numpy(zero_copy_only=False)).tolist() if value.null_count else []
+        return [index for index, item in enumerate(value) if item is None]
+
     def ids(self, key: str, *, allow_bool: bool = False) -> tuple[Any, torch.Tensor]:
         """Flat ids of ``key`` and each row's length, read straight from the offsets when the column allows it."""
         ragged = self._as_ragged(key)
@@ -149,11 +162,14 @@ class ColumnInputs:
         return flat, torch.from_numpy(lengths)
 
 
-def batch_inputs(rows: Any) -> RowInputs | ColumnInputs:
-    """Columns when ``rows`` can hand them over (``rows.to_columns()``, e.g. an Arrow-backed batch), else rows."""
+def batch_inputs(rows: Any, target_keys: tuple[str, ...] = ()) -> RowInputs | ColumnInputs:
+    """Columns when ``rows`` can hand them over (``rows.to_columns()``, e.g. an Arrow-backed batch), else rows.
+
+    ``target_keys`` are the keys a batch may lack as a whole (prediction), named when only some rows lack them.
+    """
     to_columns = getattr(rows, "to_columns", None)
     if callable(to_columns) and not isinstance(rows, (Mapping, str, bytes)):
         columns = to_columns()
         if columns is not None:
             return ColumnInputs(columns)
-    return RowInputs(rows)
+    return RowInputs(rows, target_keys)

@@ -7,6 +7,7 @@ Errors name the first bad row, the key, what was expected, what was found and th
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -16,8 +17,11 @@ import torch
 IDS_EXPECTED = "a 1-D sequence of int token ids (list, tuple, 1-D integer tensor or 1-D integer numpy array)"
 
 
-def as_mapping_rows(rows: Any) -> list[Mapping[str, Any]]:
-    """Rows as mappings: a bare id sequence becomes ``{'input_ids': row}``; all rows must share their keys."""
+def as_mapping_rows(rows: Any, target_keys: Sequence[str] = ()) -> list[Mapping[str, Any]]:
+    """Rows as mappings: a bare id sequence becomes ``{'input_ids': row}``; all rows must share their keys.
+
+    A batch may lack its targets (prediction), but not in some rows only: that error names ``target_keys``.
+    """
     if isinstance(rows, (str, bytes, Mapping)) or not isinstance(rows, Sequence):
         raise TypeError(
             f"rows should be a list of rows (dicts, or sequences of token ids), but got {type(rows).__name__}; "
@@ -40,11 +44,22 @@ def as_mapping_rows(rows: Any) -> list[Mapping[str, Any]]:
     for index, row in enumerate(out):
         if row.keys() != keys:
             missing, extra = sorted(set(keys) - set(row)), sorted(set(row) - set(keys))
+            if set(missing + extra) <= set(target_keys):
+                key = (missing + extra)[0]
+                lacking, having = (index, 0) if missing else (0, index)
+                raise mixed_targets_error(key, lacking, having)
             raise ValueError(
                 f"row {index} has keys {sorted(row)} but row 0 has {sorted(keys)} (missing: {missing}, extra: "
                 f"{extra}); every row of a batch should carry the same keys"
             )
     return out
+
+
+def mixed_targets_error(key: str, lacking: int, having: int) -> ValueError:
+    return ValueError(
+        f"row {lacking} has no target under {key!r} but row {having} has one; give every row of a batch its "
+        f"target (training, evaluation), or none (prediction: the batch then has no {key!r})"
+    )
 
 
 def column(rows: Sequence[Mapping[str, Any]], key: str) -> list[Any]:
@@ -58,32 +73,69 @@ def _is_int_dtype(dtype: torch.dtype, allow_bool: bool) -> bool:
     return not (dtype.is_floating_point or dtype.is_complex)
 
 
-def _problem(value: Any, allow_bool: bool) -> str | None:
-    """Why ``value`` is not a valid 1-D id row, or None if it is."""
+BOOL_FIX = (
+    "bools are not token ids: if they are meant as 0/1 ids convert them with .long() (tensor), .astype(np.int64) "
+    "(numpy) or [int(x) for x in row] (list); a boolean mask belongs under 'attention_mask'"
+)
+
+
+def _problem(value: Any, allow_bool: bool) -> tuple[str, bool] | None:
+    """Why ``value`` is not a valid 1-D id row (and whether the reason is bools), or None if it is valid."""
     if isinstance(value, torch.Tensor):
         if value.dim() != 1:
-            return f"a {value.dim()}-D tensor of shape {tuple(value.shape)}"
-        return None if _is_int_dtype(value.dtype, allow_bool) else f"a tensor of dtype {value.dtype}"
+            return f"a {value.dim()}-D tensor of shape {tuple(value.shape)}", False
+        return None if _is_int_dtype(value.dtype, allow_bool) else (f"a tensor of dtype {value.dtype}",
+                                                                   value.dtype == torch.bool)
     if isinstance(value, np.ndarray):
         if value.ndim != 1:
-            return f"a {value.ndim}-D numpy array of shape {value.shape}"
+            return f"a {value.ndim}-D numpy array of shape {value.shape}", False
         ok = value.dtype.kind in ("iu" + ("b" if allow_bool else ""))
-        return None if ok else f"a numpy array of dtype {value.dtype}"
+        return None if ok else (f"a numpy array of dtype {value.dtype}", value.dtype.kind == "b")
     if isinstance(value, (list, tuple)):
         for position, item in enumerate(value):
-            if (isinstance(item, bool) and not allow_bool) or not isinstance(item, (int, np.integer)):
-                return f"a {type(value).__name__} whose item {position} is {type(item).__name__} {item!r:.40}"
+            if isinstance(item, (bool, np.bool_)) and not allow_bool:
+                return f"a {type(value).__name__} whose item {position} is {type(item).__name__} {item!r}", True
+            if not isinstance(item, (int, np.integer, bool, np.bool_)):
+                return f"a {type(value).__name__} whose item {position} is {type(item).__name__} {item!r:.40}", False
         return None
-    return f"{type(value).__name__} {value!r:.60}"
+    return f"{type(value).__name__} {value!r:.60}", False
 
 
 def _raise_first_bad(values: Sequence[Any], key: str, allow_bool: bool) -> None:
     for index, value in enumerate(values):
         found = _problem(value, allow_bool)
         if found is not None:
-            raise TypeError(
-                f"row {index}: {key!r} should be {IDS_EXPECTED}, but got {found}; convert it to a flat list of ints"
-            )
+            what, is_bool = found
+            fix = BOOL_FIX if is_bool else "convert it to a flat list of ints"
+            raise TypeError(f"row {index}: {key!r} should be {IDS_EXPECTED}, but got {what}; {fix}")
+
+
+def _refuse_hidden_bools(items: list[Any], array: np.ndarray, values: Sequence[Any], key: str) -> None:
+    """Raise if a Python/numpy bool hides among ints (numpy converts ``[5, True]`` to int64 without a trace).
+
+    A bool becomes 0 or 1, so only those elements are looked at: few in token ids, so this costs one vectorized
+    comparison per batch; label columns full of 0/1 take one C-level pass over the types of those elements.
+    """
+    zero_one = (array >= 0) & (array <= 1)
+    count = int(np.count_nonzero(zero_one))
+    if count == 0:
+        return
+    if count > len(items) // 4:
+        picked = items  # mostly 0/1 (a label-like column): one pass over all types beats picking them out
+    else:
+        suspects = np.flatnonzero(zero_one).tolist()
+        picked = [items[suspects[0]]] if count == 1 else operator.itemgetter(*suspects)(items)
+    types = set(map(type, picked))
+    if bool not in types and np.bool_ not in types:
+        return
+    position = next(p for p in np.flatnonzero(zero_one).tolist() if isinstance(items[p], (bool, np.bool_)))
+    ends = np.cumsum([len(value) for value in values])
+    row = int(np.searchsorted(ends, position, side="right"))
+    within = position - (int(ends[row - 1]) if row else 0)
+    raise TypeError(
+        f"row {row}: {key!r} should be {IDS_EXPECTED}, but got a {type(values[row]).__name__} whose item {within} "
+        f"is {type(items[position]).__name__} {items[position]!r}; {BOOL_FIX}"
+    )
 
 
 def _row_tensor(value: Any) -> torch.Tensor:
@@ -107,8 +159,9 @@ def flatten_ids(values: Sequence[Any], key: str, *, allow_bool: bool = False) ->
                 return small
         # One inferring numpy conversion (several times faster than torch.tensor on a list) that also reveals
         # floats, strings, None or nesting through the dtype and shape it infers.
+        items = list(itertools.chain.from_iterable(values))
         try:
-            array = np.array(list(itertools.chain.from_iterable(values)))
+            array = np.array(items)
         except (TypeError, ValueError, OverflowError):
             array = None
         if array is not None and array.size == 0:
@@ -116,6 +169,8 @@ def flatten_ids(values: Sequence[Any], key: str, *, allow_bool: bool = False) ->
         if array is None or array.ndim != 1 or array.dtype.kind not in ("iub" if allow_bool else "iu"):
             _raise_first_bad(values, key, allow_bool)
             raise TypeError(f"{key!r} should be {IDS_EXPECTED}; the rows could not be converted together")
+        if not allow_bool:
+            _refuse_hidden_bools(items, array, values, key)
         flat = torch.from_numpy(array.astype(np.int64, copy=False))
     else:
         _raise_first_bad(values, key, allow_bool)
@@ -150,45 +205,6 @@ def check_same_lengths(lengths: torch.Tensor, reference: torch.Tensor, key: str,
             f"row {index}: {key!r} has {int(lengths[index])} entries but {reference_key!r} has "
             f"{int(reference[index])}; {key!r} needs one entry per token, aligned with {reference_key!r}"
         )
-
-
-def _first_label_problem(plain: Sequence[Any]) -> tuple[int, str]:
-    shape0 = None
-    for index, value in enumerate(plain):
-        try:
-            shape = tuple(torch.as_tensor(value).shape)
-        except (TypeError, ValueError, RuntimeError):
-            return index, f"{type(value).__name__} {value!r:.60}"
-        if shape0 is None:
-            shape0 = shape
-        elif shape != shape0:
-            return index, f"shape {shape} while row 0 has shape {shape0}"
-    return 0, "values that could not be stacked"
-
-
-def collate_targets(values: Sequence[Any], key: str, *, dtype: torch.dtype) -> torch.Tensor:
-    """Stack per-row targets (numbers, 0-d tensors, numpy scalars, or equal-length lists) into ``dtype``."""
-    plain = [value.tolist() if isinstance(value, (torch.Tensor, np.ndarray, np.generic)) else value
-             for value in values]
-    try:
-        stacked = torch.tensor(plain)
-    except (TypeError, ValueError, RuntimeError):
-        stacked = None
-    if stacked is None or stacked.dtype.is_complex:
-        index, found = _first_label_problem(plain)
-        raise ValueError(
-            f"row {index}: {key!r} should be a number (or a list of numbers of the same length in every row), "
-            f"but got {found}; check the target column, or name another one with target_field="
-        )
-    if dtype == torch.long and stacked.is_floating_point():
-        fractional = (stacked != stacked.round()).reshape(len(values), -1).any(dim=1).nonzero()
-        if len(fractional):
-            index = int(fractional[0])
-            raise ValueError(
-                f"row {index}: classification labels under {key!r} should be integer class ids, but got "
-                f"{values[index]!r:.60}; use task_type='regression' for real-valued targets"
-            )
-    return stacked.to(dtype)
 
 
 def tokenize_column(tokenizer: Any, texts: Sequence[Any], key: str, *, max_length: int | None,

@@ -1,4 +1,8 @@
-"""Pieces of TextCollator's output: the shared buffer of the per-token tensors, and seq2seq targets."""
+"""TextCollator's labels for every task type, and the shared buffer of its per-token outputs.
+
+The functions take the collator's resolved options as :class:`collators._text_options.TextOptions` rather than
+importing the collator: the collator calls them, and no module imports its caller.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +12,31 @@ import numpy as np
 import torch
 
 from collators._padding import PaddingLayout, padded_length
-from collators._text_inputs import check_same_lengths, flatten_ids, tokenize_column
+from collators._text_checks import CLASS_FIX, check_range
+from collators._text_inputs import check_same_lengths, flatten_ids, mixed_targets_error, tokenize_column
+from collators._text_options import TextOptions
+from collators._text_targets import collate_targets
+from collators.masking import mask_tokens
 
 if TYPE_CHECKING:
     from collators._text_batch import ColumnInputs, RowInputs
-    from collators.text import TextCollator
+
+def target_key(options: TextOptions, inputs: RowInputs | ColumnInputs) -> str | None:
+    """The key the batch's targets come from, or None when no row has one (a batch for prediction).
+
+    A key whose value is None in every row counts as absent; None in some rows only raises, naming the row.
+    """
+    keys = [options.target_field] + ([options.target_text_field] if options.task_type == "seq2seq" else [])
+    for key in keys:
+        if key not in inputs.keys:
+            continue
+        empty = inputs.none_rows(key)
+        if not empty:
+            return key
+        if len(empty) < len(inputs):
+            having = next(index for index in range(len(inputs)) if index not in set(empty))
+            raise mixed_targets_error(key, empty[0], having)
+    return None
 
 
 def output_slots(keys: list[str], layout: PaddingLayout) -> dict[str, torch.Tensor]:
@@ -27,21 +51,26 @@ def output_slots(keys: list[str], layout: PaddingLayout) -> dict[str, torch.Tens
     return dict(zip(keys, buffer.unbind(0)))
 
 
-def slot_keys(task_type: str, target_field: str, keys: list[str]) -> list[str]:
+def slot_keys(task_type: str, target_field: str, keys: list[str], has_target: bool) -> list[str]:
     """The ``[batch, length]`` int64 outputs of a batch with ``keys``, in the order they are written."""
     out = ["input_ids", "attention_mask", *(key for key in ("token_type_ids", "special_tokens_mask") if key in keys)]
     if task_type == "masked_lm":
         out = [key for key in out if key != "special_tokens_mask"] + [target_field]  # that mask is dropped
-    elif task_type in ("causal_lm", "token_classification"):
+    elif task_type == "causal_lm" or (task_type == "token_classification" and has_target):
         out.append(target_field)
     return out
 
 
 def pad_per_token(inputs: RowInputs | ColumnInputs, key: str, lengths: torch.Tensor, layout: PaddingLayout,
-                  pad_value: int, out: torch.Tensor | None) -> torch.Tensor:
-    """Pad ``key``, one entry per token of ``input_ids`` (masks, token types, token labels), into ``out``."""
+                  pad_value: int, out: torch.Tensor | None, *, check: dict[str, Any] | None = None) -> torch.Tensor:
+    """Pad ``key``, one entry per token of ``input_ids`` (masks, token types, token labels), into ``out``.
+
+    ``check``, the arguments of :func:`check_range` (labels), checks the values' range.
+    """
     flat, key_lengths = inputs.ids(key, allow_bool=True)
     check_same_lengths(key_lengths, lengths, key, "input_ids")
+    if check is not None:
+        check_range(flat, key, lengths=key_lengths, **check)
     if out is not None and key == "attention_mask" and isinstance(flat, np.ndarray) and all_ones(flat):
         return out.copy_(layout.mask)  # what the fill gives; the common case for Arrow columns, without the scatter
     return layout.fill(flat, pad_value, torch.long, out=out)
@@ -52,36 +81,100 @@ def all_ones(flat: np.ndarray) -> bool:
     return len(flat) == 0 or (int(flat.min()) == 1 and int(flat.max()) == 1)
 
 
-def pad_target(collator: TextCollator, flat: Any, lengths: torch.Tensor,
+def pad_target(options: TextOptions, flat: Any, lengths: torch.Tensor,
                pad_value: int) -> tuple[torch.Tensor, PaddingLayout]:
     """Pad a seq2seq target sequence to its own longest row, truncated to ``max_target_length``."""
-    width = padded_length(int(lengths.max()), max_length=collator.max_target_length,
-                          pad_to_multiple_of=collator.pad_to_multiple_of)
-    layout = PaddingLayout(lengths, length=width, padding_side=collator.padding_side)
+    width = padded_length(int(lengths.max()), max_length=options.max_target_length,
+                          pad_to_multiple_of=options.pad_to_multiple_of)
+    layout = PaddingLayout(lengths, length=width, padding_side=options.padding_side)
     return layout.fill(flat, pad_value, torch.long), layout
 
 
-def add_seq2seq_labels(collator: TextCollator, batch: dict[str, Any], inputs: RowInputs | ColumnInputs,
-                       consumed: set[str]) -> None:
-    """Labels (ids, or tokenized target text) and optional decoder inputs/mask, each padded to its own length."""
-    key, text_key = collator.target_field, collator.target_text_field
-    if key in inputs.keys:
-        flat, lengths = inputs.ids(key)
-    elif text_key in inputs.keys:
-        ids = tokenize_column(collator.tokenizer, inputs.values(text_key), text_key,
-                              max_length=collator.max_target_length, target=True, ids_key=key)
-        flat, lengths = flatten_ids(ids, key)
-        consumed.add(text_key)
+def _vocab_check(options: TextOptions, ignore: int | None = None) -> dict[str, Any] | None:
+    """Arguments of :func:`check_range` for token ids (labels: ``ignore`` the label padding), or None: no check."""
+    if not options.check_values:
+        return None
+    return {"high": options.vocab_size, "limit": options.vocab_source, "ignore": ignore}
+
+
+def _class_check(options: TextOptions) -> dict[str, Any] | None:
+    if not options.check_values or options.num_classes is None:
+        return None
+    return {"high": options.num_classes, "limit": "num_classes", "ignore": options.label_pad_token_id,
+            "fix": CLASS_FIX}
+
+
+def add_labels(options: TextOptions, batch: dict[str, Any], inputs: RowInputs | ColumnInputs, key: str | None,
+               lengths: torch.Tensor, layout: PaddingLayout, consumed: set[str], generator: torch.Generator | None,
+               slots: dict[str, torch.Tensor]) -> None:
+    """Add the labels of ``options.task_type`` to ``batch``, read from ``key`` (None: the rows have no targets).
+
+    Without targets, causal and masked LM derive labels from the inputs; the other tasks add none (prediction).
+    """
+    field, task = options.target_field, options.task_type
+    if task == "masked_lm":
+        if key is not None:
+            raise ValueError(
+                f"task_type='masked_lm' builds the labels under {field!r} itself, but the rows already carry "
+                f"{field!r}; drop that column, or use task_type='causal_lm' to keep given labels"
+            )
+        special = batch.pop("special_tokens_mask", None)
+        masked, labels = mask_tokens(
+            batch["input_ids"], mask_token_id=options.mask_token_id, vocab_size=options.vocab_size,
+            generator=generator if generator is not None else options._generator,
+            special_ids=options.special_token_ids, special_tokens_mask=special, padding_mask=~layout.mask,
+            mlm_probability=options.mlm_probability, label_pad_token_id=options.label_pad_token_id)
+        batch["input_ids"] = slots["input_ids"].copy_(masked)
+        batch[field] = slots[field].copy_(labels)
+    elif task == "causal_lm" and key is None:
+        batch[field] = slots[field].copy_(batch["input_ids"]).masked_fill_(~layout.mask, options.label_pad_token_id)
+    elif key is None:
+        if task == "seq2seq" and "decoder_input_ids" in inputs.keys:
+            _add_decoder_inputs(options, batch, inputs, consumed)
+    elif task in ("causal_lm", "token_classification"):
+        check = _vocab_check(options, options.label_pad_token_id) if task == "causal_lm" else _class_check(options)
+        batch[field] = pad_per_token(inputs, field, lengths, layout, options.label_pad_token_id, slots[field],
+                                     check=check)
+    elif task in ("classification", "regression"):
+        labels = collate_targets(inputs.values(field), field, dtype=torch.long if task == "classification"
+                                 else torch.float32)
+        check = _class_check(options) if task == "classification" and labels.dim() == 1 else None
+        if check is not None:
+            check_range(labels, field, **check)
+        batch[field] = labels
     else:
-        raise collator._missing_target(inputs, f" and no target text under {text_key!r} "
-                                               f"(set target_text_field=... for raw text)")
-    batch[key] = pad_target(collator, flat, lengths, collator.label_pad_token_id)[0]
+        _add_seq2seq_labels(options, batch, inputs, key, consumed)
+
+
+def _add_seq2seq_labels(options: TextOptions, batch: dict[str, Any], inputs: RowInputs | ColumnInputs, key: str,
+                        consumed: set[str]) -> None:
+    """Labels (ids, or tokenized target text) and optional decoder inputs/mask, each padded to its own length."""
+    field = options.target_field
+    if key == field:
+        flat, lengths = inputs.ids(key)
+    else:
+        ids = tokenize_column(options.tokenizer, inputs.values(key), key,
+                              max_length=options.max_target_length, target=True, ids_key=field)
+        flat, lengths = flatten_ids(ids, field)
+        consumed.add(key)
+    check = _vocab_check(options, options.label_pad_token_id)
+    if check is not None:
+        check_range(flat, field, lengths=lengths, **check)
+    batch[field] = pad_target(options, flat, lengths, options.label_pad_token_id)[0]
     if "decoder_input_ids" in inputs.keys:
-        flat, lengths = inputs.ids("decoder_input_ids")
-        batch["decoder_input_ids"], layout = pad_target(collator, flat, lengths, collator.pad_token_id)
-        consumed.add("decoder_input_ids")
-        if "decoder_attention_mask" in inputs.keys:
-            flat, mask_lengths = inputs.ids("decoder_attention_mask", allow_bool=True)
-            check_same_lengths(mask_lengths, lengths, "decoder_attention_mask", "decoder_input_ids")
-            batch["decoder_attention_mask"] = layout.fill(flat, 0, torch.long)
-            consumed.add("decoder_attention_mask")
+        _add_decoder_inputs(options, batch, inputs, consumed)
+
+
+def _add_decoder_inputs(options: TextOptions, batch: dict[str, Any], inputs: RowInputs | ColumnInputs,
+                        consumed: set[str]) -> None:
+    flat, lengths = inputs.ids("decoder_input_ids")
+    check = _vocab_check(options)
+    if check is not None:
+        check_range(flat, "decoder_input_ids", lengths=lengths, **check)
+    batch["decoder_input_ids"], layout = pad_target(options, flat, lengths, options.pad_token_id)
+    consumed.add("decoder_input_ids")
+    if "decoder_attention_mask" in inputs.keys:
+        flat, mask_lengths = inputs.ids("decoder_attention_mask", allow_bool=True)
+        check_same_lengths(mask_lengths, lengths, "decoder_attention_mask", "decoder_input_ids")
+        batch["decoder_attention_mask"] = layout.fill(flat, 0, torch.long)
+        consumed.add("decoder_attention_mask")

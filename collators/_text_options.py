@@ -2,13 +2,41 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
+
+import torch
 
 from task_spec import TaskSpec
 from task_spec.spec import TASK_TYPES
 
 TOKEN_KEYS = {"attention_mask": 0, "token_type_ids": 0, "special_tokens_mask": 1}
 """Per-token keys a row may carry beside ``input_ids``, with the value their padding gets (as ``tokenizer.pad``)."""
+
+
+class TextOptions(Protocol):
+    """The resolved options of a text collator that the label and check helpers read (``TextCollator`` has them).
+
+    The helpers take the collator as this protocol instead of importing it, so no module imports its caller.
+    """
+
+    tokenizer: Any
+    task_type: str
+    pad_token_id: int
+    label_pad_token_id: int
+    pad_to_multiple_of: int | None
+    padding_side: str
+    max_target_length: int | None
+    target_field: str
+    target_text_field: str
+    vocab_size: int | None
+    vocab_source: str
+    num_classes: int | None
+    check_values: bool
+    _generator: torch.Generator
+    # masked_lm only:
+    mlm_probability: float
+    mask_token_id: int
+    special_token_ids: tuple[int, ...]
 
 
 class Unset:
@@ -60,18 +88,33 @@ def resolve_token_id(name: str, explicit: int | None, tokenizer: Any, spec: Task
     )
 
 
-def resolve_vocab_size(explicit: int | None, tokenizer: Any, spec: TaskSpec | None) -> int:
-    """Vocabulary size for random replacement tokens: explicit > ``len(tokenizer)`` > ``spec.vocab_size``."""
+def resolve_vocab_size(explicit: int | None, tokenizer: Any, spec: TaskSpec | None,
+                       required: bool = True) -> tuple[int | None, str]:
+    """Vocabulary size and where it came from: explicit > ``len(tokenizer)`` > ``spec.vocab_size``.
+
+    Without any of them: an error when ``required`` (masked LM draws random ids below it), else ``(None, '')``.
+    """
     if explicit is not None:
-        return check_int("vocab_size", explicit, minimum=1)
+        return check_int("vocab_size", explicit, minimum=1), "vocab_size"
     if tokenizer is not None:
-        return len(tokenizer)
+        return len(tokenizer), "len(tokenizer)"
     if spec is not None and spec.vocab_size is not None:
-        return spec.vocab_size
+        return spec.vocab_size, "TaskSpec.additional_config['vocab_size']"
+    if not required:
+        return None, ""
     raise ValueError(
         "vocab_size is needed to draw random replacement tokens for masked_lm, but no tokenizer was given and the "
         "task spec has none; pass vocab_size=..., tokenizer=..., or additional_config={'vocab_size': ...}"
     )
+
+
+def resolve_num_classes(explicit: int | None, spec: TaskSpec | None) -> int | None:
+    """Number of classes labels are checked against: explicit > the spec's (with a cross-entropy loss) > None."""
+    if explicit is not None:
+        return check_int("num_classes", explicit, minimum=1)
+    if spec is not None and spec.loss_type == "cross_entropy":
+        return spec.num_classes
+    return None
 
 
 def resolve_special_ids(explicit: Any, tokenizer: Any, spec: TaskSpec | None, *extra: int) -> tuple[int, ...]:

@@ -29,7 +29,8 @@ class AudioCollator:
     Rows are dicts holding a waveform under ``input_field``: a 1-D (mono) or 2-D ``[channels, time]`` float tensor,
     numpy array or list, or a ``{"array": ..., "sampling_rate": ...}`` dict as a Hugging Face ``Audio`` column
     gives; bare waveforms are accepted too. A row's ``sampling_rate`` (in the row or that dict) must equal
-    ``sample_rate``: nothing is resampled silently. Labels under ``target_field`` are optional (all rows or none).
+    ``sample_rate``: nothing is resampled silently. Labels under ``target_field`` are optional (all rows or none:
+    rows without any, or with None, are a batch for prediction and give no labels).
 
     With ``features`` set, ``input_features`` and ``feature_lengths`` are added. 'mel' is
     ``torchaudio.transforms.MelSpectrogram`` (power 2, ``center=True``); 'log_mel' adds ``AmplitudeToDB`` with
@@ -50,9 +51,11 @@ class AudioCollator:
         pad_to_multiple_of: Round the padded length up to a multiple of this.
         features: None, 'mel', 'log_mel' or a picklable callable.
         n_mels: Mel bands; n_fft: FFT size; hop_length: samples between frames.
+        num_classes: Int labels must lie in ``[0, num_classes)`` (or be -100, ignored); None skips the check.
 
     Raises:
-        ValueError: Bad options, a sampling-rate mismatch, or waveforms of different ranks/channel counts.
+        ValueError: Bad options, a sampling-rate mismatch, waveforms of different ranks/channel counts, or labels
+            outside the classes.
         TypeError: A waveform that is not a float tensor, array or list.
 
     Example:
@@ -75,8 +78,10 @@ class AudioCollator:
         n_mels: int = 80,
         n_fft: int = 400,
         hop_length: int = 160,
+        num_classes: int | None = None,
     ) -> None:
         for name, value, optional in (("sample_rate", sample_rate, False), ("max_length", max_length, True),
+                                      ("num_classes", num_classes, True),
                                       ("pad_to_multiple_of", pad_to_multiple_of, True), ("n_mels", n_mels, False),
                                       ("n_fft", n_fft, False), ("hop_length", hop_length, False)):
             if not (optional and value is None) and (not isinstance(value, int) or isinstance(value, bool)
@@ -100,6 +105,7 @@ class AudioCollator:
         self.sample_rate, self.pad_value, self.padding_side = sample_rate, float(pad_value), padding_side
         self.max_length, self.pad_to_multiple_of = max_length, pad_to_multiple_of
         self.features, self.n_mels, self.n_fft, self.hop_length = features, n_mels, n_fft, hop_length
+        self.num_classes = num_classes
         self._transform: Callable[[torch.Tensor], torch.Tensor] | None = None
         if features in FEATURES:
             mel = torchaudio.transforms.MelSpectrogram(
@@ -150,7 +156,8 @@ class AudioCollator:
             if self.features in FEATURES:
                 batch["feature_lengths"] = lengths // self.hop_length + 1
         if any(label is not MISSING for label in labels):
-            batch[str(self.target_field)] = collate_labels(labels, key=str(self.target_field))
+            batch[str(self.target_field)] = collate_labels(labels, key=str(self.target_field),
+                                                           num_classes=self.num_classes)
         return add_extra_keys(batch, rows, {self.input_field, str(self.target_field), "sampling_rate"})
 
     def _split(self, row: Any, index: int) -> tuple[torch.Tensor, Any]:
@@ -160,8 +167,8 @@ class AudioCollator:
                 raise KeyError(f"row {index} has no {self.input_field!r} key (keys: {sorted(row)}); pass input_field= "
                                f"naming the waveform key, or set the spec's input_fields")
             wave, rate = row[self.input_field], row.get("sampling_rate")
-            if self.target_field is not None:
-                label = row.get(self.target_field, MISSING)
+            if self.target_field is not None and row.get(self.target_field) is not None:
+                label = row[self.target_field]
         else:
             wave = row
         if isinstance(wave, Mapping) and "array" in wave:
@@ -181,7 +188,8 @@ class AudioCollator:
         return (
             f"AudioCollator(input_field={self.input_field!r}, target_field={self.target_field!r}, "
             f"sample_rate={self.sample_rate}, pad_value={self.pad_value}, padding_side={self.padding_side!r}, "
-            f"max_length={self.max_length}, pad_to_multiple_of={self.pad_to_multiple_of}{features})"
+            f"max_length={self.max_length}, pad_to_multiple_of={self.pad_to_multiple_of}{features}, "
+            f"num_classes={self.num_classes})"
         )
 
 
@@ -189,11 +197,13 @@ def create_audio_collator(task_spec: TaskSpec | None = None, **kwargs: Any) -> A
     """Factory for the registry: an :class:`AudioCollator` with defaults from ``task_spec``, overridden by kwargs.
 
     From the spec: ``input_fields[0]``, ``target_field``, ``additional_config`` ``sample_rate`` and
-    ``max_length``, and ``preprocessing_config`` ``features``, ``n_mels``, ``n_fft``, ``hop_length``,
-    ``padding_side``.
+    ``max_length``, ``num_classes`` (with a cross-entropy loss), and ``preprocessing_config`` ``features``,
+    ``n_mels``, ``n_fft``, ``hop_length``, ``padding_side``.
     """
     if task_spec is not None:
         defaults = {"input_field": task_spec.input_fields[0], "target_field": task_spec.target_field}
+        if task_spec.loss_type == "cross_entropy":
+            defaults["num_classes"] = task_spec.num_classes
         for key in ("sample_rate", "max_length"):
             defaults[key] = task_spec.additional_config.get(key)
         for key in ("features", "n_mels", "n_fft", "hop_length", "padding_side"):

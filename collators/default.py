@@ -80,14 +80,16 @@ MISSING: Any = object()
 """Marks a row without a label in the list given to :func:`collate_labels`."""
 
 
-def collate_labels(labels: Sequence[Any], *, key: str) -> torch.Tensor:
+def collate_labels(labels: Sequence[Any], *, key: str, num_classes: int | None = None) -> torch.Tensor:
     """Stack one scalar label per row: ints (and bools) to an int64 ``[B]`` tensor, floats to float32 ``[B]``.
 
     Shared by the vision and audio collators. Python numbers, numpy scalars and one-element tensors/arrays
     are accepted; rows without a label are marked :data:`MISSING` (call this only when some row has one).
+    With ``num_classes``, int labels must lie in ``[0, num_classes)`` or be -100 (ignored by cross-entropy):
+    one min/max per batch.
 
     Raises:
-        ValueError: Some rows lack a label, or a label holds more than one value.
+        ValueError: Some rows lack a label, a label holds more than one value, or lies outside the classes.
         TypeError: A label is not a number.
     """
     values: list[int | float] = []
@@ -95,8 +97,8 @@ def collate_labels(labels: Sequence[Any], *, key: str) -> torch.Tensor:
         if label is MISSING:
             other = next(i for i, found in enumerate(labels) if found is not MISSING)
             raise ValueError(
-                f"row {index} has no {key!r} but row {other} has one; give every row a label or none "
-                f"(pass target_field=None to ignore labels)"
+                f"row {index} has no {key!r} but row {other} has one; give every row a label, or none (prediction: "
+                f"the batch then has no {key!r}), or pass target_field=None to ignore labels"
             )
         if isinstance(label, (torch.Tensor, np.ndarray)):
             if (label.size if isinstance(label, np.ndarray) else label.numel()) != 1:
@@ -114,7 +116,26 @@ def collate_labels(labels: Sequence[Any], *, key: str) -> torch.Tensor:
             )
         values.append(label)
     dtype = torch.int64 if all(isinstance(value, int) for value in values) else torch.float32
-    return torch.tensor(values, dtype=dtype)
+    out = torch.tensor(values, dtype=dtype)
+    if num_classes is not None and dtype == torch.int64:
+        _check_classes(out, key, num_classes)
+    return out
+
+
+def _check_classes(labels: torch.Tensor, key: str, num_classes: int, ignore: int = -100) -> None:
+    low, high = (int(value) for value in torch.aminmax(labels))
+    if low >= 0 and high < num_classes:
+        return
+    bad = ((labels < 0) & (labels != ignore)) | (labels >= num_classes)
+    if not bad.any():
+        return
+    index = int(bad.nonzero()[0])
+    raise ValueError(
+        f"row {index}: {key!r} should be a class index in [0, {num_classes}) (num_classes={num_classes}) or "
+        f"{ignore} (ignored), but got {key}={int(labels[index])}; map labels to 0..{num_classes - 1} in a dataset "
+        f"transform, pass the right num_classes=... (TaskSpec.additional_config['num_classes']), or, for "
+        f"prediction, drop the labels (-1 often marks a missing label)"
+    )
 
 
 def _check_same_keys(rows: Sequence[Mapping[str, Any]]) -> None:

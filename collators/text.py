@@ -11,9 +11,9 @@ from collators import _text_options as opts
 from collators._extra import collate_extra
 from collators._padding import PaddingLayout, check_padding_side, padded_length
 from collators._text_batch import ColumnInputs, RaggedColumn, RowInputs, batch_inputs
-from collators._text_inputs import collate_targets, flatten_ids, tokenize_column
-from collators._text_labels import add_seq2seq_labels, output_slots, pad_per_token, slot_keys
-from collators.masking import mask_tokens
+from collators._text_checks import check_range
+from collators._text_inputs import flatten_ids, tokenize_column
+from collators._text_labels import add_labels, output_slots, pad_per_token, slot_keys, target_key
 from task_spec import TaskSpec
 
 __all__ = ["RaggedColumn", "TextCollator", "create_text_collator"]
@@ -35,6 +35,13 @@ class TextCollator:
     - ``seq2seq``: ``target_field`` (or text under ``target_text_field``) padded separately to its own longest row,
       truncated to ``max_target_length``; ``decoder_input_ids`` are padded with ``pad_token_id``.
 
+    Rows without targets (none of them has ``target_field``, or it is None in all) are a batch for prediction:
+    inputs are padded and, except for causal/masked LM, no labels are returned. Targets in some rows only raise.
+
+    Every batch is checked on the host (one min/max per key): ids in ``[0, vocab_size)``, and with
+    ``num_classes`` known, class labels in ``[0, num_classes)`` or ``label_pad_token_id``. A bad value raises a
+    ValueError naming the key, the value, its row and the limit, instead of a CUDA device-side assert later.
+
     Other keys are collated with ``default_collate`` when they stack, else returned as lists; text that was
     tokenized is not returned. Rows are never modified and no output shares memory with them.
 
@@ -53,7 +60,11 @@ class TextCollator:
         target_text_field: key of raw seq2seq target text; default the spec's, else 'target'.
         mlm_probability: masked-LM selection probability; default the spec's, else 0.15.
         mask_token_id: explicit > ``tokenizer.mask_token_id`` > ``spec.special_tokens['mask_token_id']``.
-        vocab_size: random replacements are drawn below it; explicit > ``len(tokenizer)`` > ``spec.vocab_size``.
+        vocab_size: ids must be below it (and masked-LM random replacements are drawn below it); explicit >
+            ``len(tokenizer)`` > ``spec.vocab_size``; unknown: only negative ids are refused.
+        num_classes: classification and token-classification labels must be below it; explicit > the spec's
+            ``num_classes`` (when its loss is cross_entropy); None: not checked.
+        check_values: run the per-batch value checks above (False skips them).
         special_token_ids: ids never masked; default ``tokenizer.all_special_ids`` or the spec's ids (+ pad).
         seed: seeds the collator's own generator, used when ``__call__`` gets none.
 
@@ -84,6 +95,8 @@ class TextCollator:
         mask_token_id: int | None = None,
         vocab_size: int | None = None,
         special_token_ids: Sequence[int] | None = None,
+        num_classes: int | None = None,
+        check_values: bool = True,
         seed: int = 0,
     ) -> None:
         spec = task_spec
@@ -111,11 +124,14 @@ class TextCollator:
         self.target_text_field = target_text_field or opts.preprocessing(spec, "target_text_field", "target")
         self.seed = opts.check_int("seed", seed)
         self._generator = torch.Generator().manual_seed(self.seed)
+        self.check_values = bool(check_values)
+        self.num_classes = opts.resolve_num_classes(num_classes, spec)
+        self.vocab_size, self.vocab_source = opts.resolve_vocab_size(
+            vocab_size, tokenizer, spec, required=self.task_type == "masked_lm")
         if self.task_type == "masked_lm":
             self.mlm_probability = opts.resolve_probability("mlm_probability", mlm_probability, spec, 0.15)
             why = "to mask tokens for masked_lm"
             self.mask_token_id = opts.resolve_token_id("mask_token_id", mask_token_id, tokenizer, spec, why)
-            self.vocab_size = opts.resolve_vocab_size(vocab_size, tokenizer, spec)
             self.special_token_ids = opts.resolve_special_ids(
                 special_token_ids, tokenizer, spec, self.pad_token_id, self.mask_token_id)
 
@@ -125,7 +141,8 @@ class TextCollator:
         A batch that can hand over its columns (``rows.to_columns()``, as the engine's Arrow-backed batches do)
         is collated from them by :meth:`collate_columns`, with the same result.
         """
-        return self._collate(batch_inputs(rows), generator)
+        keys = (self.target_field, self.target_text_field) if self.task_type == "seq2seq" else (self.target_field,)
+        return self._collate(batch_inputs(rows, keys), generator)
 
     def collate_columns(self, columns: Mapping[str, Any], generator: torch.Generator | None = None) -> dict[str, Any]:
         """Collate a batch given as columns instead of row dicts; the result equals ``__call__`` on the rows.
@@ -152,10 +169,13 @@ class TextCollator:
 
     def _collate(self, inputs: RowInputs | ColumnInputs, generator: torch.Generator | None) -> dict[str, Any]:
         flat, lengths, consumed = self._input_ids(inputs)
+        if self.check_values:
+            check_range(flat, "input_ids", high=self.vocab_size, limit=self.vocab_source, lengths=lengths)
         width = padded_length(int(lengths.max()), max_length=self.max_length,
                               pad_to_multiple_of=self.pad_to_multiple_of)
         layout = PaddingLayout(lengths, length=width, padding_side=self.padding_side)
-        slots = output_slots(slot_keys(self.task_type, self.target_field, inputs.keys), layout)
+        target = target_key(self, inputs)
+        slots = output_slots(slot_keys(self.task_type, self.target_field, inputs.keys, target is not None), layout)
         batch: dict[str, Any] = {"input_ids": layout.fill(flat, self.pad_token_id, out=slots["input_ids"])}
         for key, pad_value in opts.TOKEN_KEYS.items():
             if key in inputs.keys:
@@ -163,7 +183,9 @@ class TextCollator:
         if "attention_mask" not in batch:
             batch["attention_mask"] = slots["attention_mask"].copy_(layout.mask)
         consumed.update(("input_ids", *opts.TOKEN_KEYS, self.target_field))
-        self._add_labels(batch, inputs, lengths, layout, consumed, generator, slots)
+        if self.task_type == "seq2seq" and self.target_text_field in inputs.keys and target is None:
+            consumed.add(self.target_text_field)  # None in every row: nothing to pass through
+        add_labels(self, batch, inputs, target, lengths, layout, consumed, generator, slots)
         for key in inputs.keys:
             if key not in consumed:
                 batch[key] = collate_extra(inputs.values(key))
@@ -182,45 +204,6 @@ class TextCollator:
             f"give token ids under 'input_ids', or text under {self.text_field!r} (name its key with text_field=...)"
         )
 
-    def _missing_target(self, inputs: RowInputs | ColumnInputs, also: str = "") -> ValueError:
-        return ValueError(
-            f"task_type={self.task_type!r} needs targets under {self.target_field!r}, but row 0 has keys "
-            f"{sorted(inputs.keys)}{also}; name the target key with target_field=... (or TaskSpec.target_field)"
-        )
-
-    def _add_labels(self, batch: dict[str, Any], inputs: RowInputs | ColumnInputs, lengths: torch.Tensor,
-                    layout: PaddingLayout, consumed: set[str], generator: torch.Generator | None,
-                    slots: dict[str, torch.Tensor]) -> None:
-        key, task = self.target_field, self.task_type
-        has_target = key in inputs.keys
-        if task == "masked_lm":
-            if has_target:
-                raise ValueError(
-                    f"task_type='masked_lm' builds the labels under {key!r} itself, but the rows already carry "
-                    f"{key!r}; drop that column, or use task_type='causal_lm' to keep given labels"
-                )
-            special = batch.pop("special_tokens_mask", None)
-            masked, labels = mask_tokens(
-                batch["input_ids"], mask_token_id=self.mask_token_id, vocab_size=self.vocab_size,
-                generator=generator if generator is not None else self._generator,
-                special_ids=self.special_token_ids, special_tokens_mask=special, padding_mask=~layout.mask,
-                mlm_probability=self.mlm_probability, label_pad_token_id=self.label_pad_token_id)
-            batch["input_ids"] = slots["input_ids"].copy_(masked)
-            batch[key] = slots[key].copy_(labels)
-        elif task == "causal_lm" and not has_target:
-            batch[key] = slots[key].copy_(batch["input_ids"]).masked_fill_(~layout.mask, self.label_pad_token_id)
-        elif task in ("causal_lm", "token_classification"):
-            if not has_target:
-                raise self._missing_target(inputs)
-            batch[key] = pad_per_token(inputs, key, lengths, layout, self.label_pad_token_id, slots[key])
-        elif task in ("classification", "regression"):
-            if not has_target:
-                raise self._missing_target(inputs)
-            dtype = torch.long if task == "classification" else torch.float32
-            batch[key] = collate_targets(inputs.values(key), key, dtype=dtype)
-        else:
-            add_seq2seq_labels(self, batch, inputs, consumed)
-
     def __repr__(self) -> str:
         shown = {
             "task_type": self.task_type, "pad_token_id": self.pad_token_id,
@@ -231,8 +214,8 @@ class TextCollator:
         if self.task_type == "seq2seq":
             shown.update(max_target_length=self.max_target_length, target_text_field=self.target_text_field)
         if self.task_type == "masked_lm":
-            shown.update(mlm_probability=self.mlm_probability, mask_token_id=self.mask_token_id,
-                         vocab_size=self.vocab_size)
+            shown.update(mlm_probability=self.mlm_probability, mask_token_id=self.mask_token_id)
+        shown.update(vocab_size=self.vocab_size, num_classes=self.num_classes, check_values=self.check_values)
         options = ", ".join(f"{name}={value!r}" for name, value in shown.items())
         return f"TextCollator({options}, tokenizer={opts.describe_tokenizer(self.tokenizer)}, seed={self.seed})"
 

@@ -10,36 +10,35 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import torch
 import torchvision.transforms.v2.functional as TF
-from PIL import Image
 
 from collators._extra import add_extra_keys
+from collators._vision_images import (
+    NORMALIZATION_PRESETS,
+    RESIZE_FIX,
+    check_float_range,
+    normalize_batch,
+    stats,
+    to_chw,
+)
 from collators.default import MISSING, collate_labels
 from task_spec import TaskSpec
 
-NORMALIZATION_PRESETS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
-    "imagenet": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
-    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
-}
-"""``name -> (mean, std)`` per channel, for images scaled to [0, 1]."""
-
-_PIL_CONVERT = {"1": "L", "LA": "L", "L": "L", "RGB": "RGB", **dict.fromkeys(("RGBA", "RGBa", "P", "PA", "CMYK",
-                                                                            "YCbCr", "LAB", "HSV"), "RGB")}
-"""PIL mode -> the mode it is read as; alpha is dropped (not composited)."""
-_RESIZE_FIX = "resize every image to one size in a dataset transform, e.g. torchvision.transforms.v2.Resize((H, W))"
+__all__ = ["NORMALIZATION_PRESETS", "VisionCollator", "create_vision_collator", "normalize_batch"]
 
 
 class VisionCollator:
     """Stack images into float32 ``[B, C, H, W]`` scaled to [0, 1] and normalized; labels to int64 ``[B]``.
 
     Rows are dicts holding the image under ``input_field`` (labels under ``target_field`` are optional, but all rows
-    or none must have them), ``(image, label)`` tuples, or bare images. An image is a CHW tensor (uint8 is
-    scaled by 1/255; float is taken as already in [0, 1]), an HWC numpy array (uint8 or float), a 2-D HW
-    grayscale tensor/array (becomes 1xHxW), or a PIL image. PIL modes: 'L' gives 1 channel and 'RGB' 3;
-    '1' and 'LA' become 'L'; 'RGBA', 'P', 'CMYK', ... become 'RGB' (alpha is dropped, not composited: pass
-    a 4-channel tensor with 4-value mean/std to keep it). Other keys in dict rows pass through to the batch.
+    or none must have them: rows without any, or with None, are a batch for prediction and give no labels),
+    ``(image, label)`` tuples, or bare images. An image is a CHW tensor (uint8 is scaled by 1/255; float must
+    already be in [0, 1], up to a tolerance of 0.5 for resizing overshoot, or it raises), an HWC numpy array
+    (uint8 or float), a 2-D HW grayscale tensor/array (becomes 1xHxW), or a PIL image. PIL modes: 'L' gives 1
+    channel and 'RGB' 3; '1' and 'LA' become 'L'; 'RGBA', 'P', 'CMYK', ... become 'RGB' (alpha is dropped, not
+    composited: pass a 4-channel tensor with 4-value mean/std to keep it). Other keys in dict rows pass through to
+    the batch.
 
     Grayscale: mean/std must have one value per channel. A 1-channel image with 3-value stats raises unless
     ``grayscale_to_rgb=True``, which repeats the channel three times (as ``Grayscale(num_output_channels=3)``).
@@ -54,9 +53,11 @@ class VisionCollator:
         grayscale_to_rgb: Repeat 1-channel images to 3 channels.
         keep_uint8: Return uint8 ``[B, C, H, W]`` unscaled and unnormalized (every image must be uint8); finish on
             the device with :meth:`normalize_on_device` or :func:`normalize_batch`.
+        num_classes: Int labels must lie in ``[0, num_classes)`` (or be -100, ignored); None skips the check.
 
     Raises:
-        ValueError: Unknown preset, bad mean/std, images of different shapes or a channel/stat mismatch.
+        ValueError: Unknown preset, bad mean/std, images of different shapes, a channel/stat mismatch, float
+            images far outside [0, 1] (0..255 floats, or normalized already), or labels outside the classes.
         TypeError: An image of an unsupported type or dtype.
 
     Example:
@@ -77,6 +78,7 @@ class VisionCollator:
         target_field: str | None = "labels",
         grayscale_to_rgb: bool = False,
         keep_uint8: bool = False,
+        num_classes: int | None = None,
     ) -> None:
         if (mean is None) != (std is None):
             raise ValueError(f"give mean and std together, but got mean={mean!r}, std={std!r}")
@@ -91,7 +93,11 @@ class VisionCollator:
                     f"normalization={normalization!r}; or pass mean=[...] and std=[...] for custom statistics"
                 )
             mean, std = NORMALIZATION_PRESETS[normalization]
-        self.mean, self.std = _stats("mean", mean), _stats("std", std)
+        if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int)
+                                        or num_classes < 1):
+            raise ValueError(f"num_classes should be an int >= 1 or None, but got num_classes={num_classes!r}")
+        self.num_classes = num_classes
+        self.mean, self.std = stats("mean", mean), stats("std", std)
         if len(self.mean) != len(self.std) or min(self.std) <= 0:
             raise ValueError(f"mean and std should have one value per channel and std should be positive, but got "
                              f"mean={self.mean}, std={self.std}")
@@ -106,7 +112,7 @@ class VisionCollator:
         images, labels = [], []
         for index, row in enumerate(rows):
             image, label = self._split(row, index)
-            image = _to_chw(image, index, self.input_field)
+            image = to_chw(image, index, self.input_field)
             if self.grayscale_to_rgb and image.shape[0] == 1:
                 image = image.expand(3, -1, -1)
             images.append(image)
@@ -115,7 +121,7 @@ class VisionCollator:
             if image.shape != images[0].shape:
                 raise ValueError(
                     f"row {index}: {self.input_field!r} has shape {tuple(image.shape)} but row 0 has shape "
-                    f"{tuple(images[0].shape)}; {_RESIZE_FIX}"
+                    f"{tuple(images[0].shape)}; {RESIZE_FIX}"
                 )
         channels = images[0].shape[0]
         if self.normalize and channels != len(self.mean):
@@ -136,14 +142,18 @@ class VisionCollator:
             batch = {self.input_field: torch.stack(images)}
         else:
             # Stacking copies, so the in-place normalize below never reaches the caller's rows.
-            if not all_uint8:
+            floats = [index for index, image in enumerate(images) if image.dtype != torch.uint8]
+            if floats:
                 images = [TF.to_dtype(image, torch.float32, scale=True) for image in images]
             pixels = TF.to_dtype(torch.stack(images), torch.float32, scale=True)
+            if floats:
+                check_float_range(pixels, floats, self.input_field)
             if self.normalize:
                 pixels = TF.normalize(pixels, list(self.mean), list(self.std), inplace=True)
             batch = {self.input_field: pixels}
         if any(label is not MISSING for label in labels):
-            batch[str(self.target_field)] = collate_labels(labels, key=str(self.target_field))
+            batch[str(self.target_field)] = collate_labels(labels, key=str(self.target_field),
+                                                           num_classes=self.num_classes)
         return add_extra_keys(batch, rows, {self.input_field, str(self.target_field)})
 
     def normalize_on_device(self, pixel_values: torch.Tensor) -> torch.Tensor:
@@ -155,11 +165,11 @@ class VisionCollator:
             if self.input_field not in row:
                 raise KeyError(f"row {index} has no {self.input_field!r} key (keys: {sorted(row)}); pass input_field= "
                                f"naming the image key, or set the spec's input_fields")
-            label = row.get(self.target_field, MISSING) if self.target_field is not None else MISSING
-            return row[self.input_field], label
+            label = row.get(self.target_field) if self.target_field is not None else None
+            return row[self.input_field], MISSING if label is None else label
         if isinstance(row, (tuple, list)):
             if len(row) == 2:
-                return row[0], (row[1] if self.target_field is not None else MISSING)
+                return row[0], (row[1] if self.target_field is not None and row[1] is not None else MISSING)
             if len(row) == 1:
                 return row[0], MISSING
             raise ValueError(f"row {index} is a {type(row).__name__} of length {len(row)}; expected (image, label)")
@@ -170,91 +180,23 @@ class VisionCollator:
         return (
             f"VisionCollator(normalize={self.normalize}, {stats}mean={self.mean}, std={self.std}, "
             f"input_field={self.input_field!r}, target_field={self.target_field!r}, "
-            f"grayscale_to_rgb={self.grayscale_to_rgb}, keep_uint8={self.keep_uint8})"
+            f"grayscale_to_rgb={self.grayscale_to_rgb}, keep_uint8={self.keep_uint8}, num_classes={self.num_classes})"
         )
-
-
-def normalize_batch(
-    pixel_values: torch.Tensor, mean: Sequence[float] | None = None, std: Sequence[float] | None = None
-) -> torch.Tensor:
-    """Scale a ``[..., C, H, W]`` batch to float32 [0, 1] (uint8 by 1/255) and normalize it if mean/std are given.
-
-    Runs on the tensor's device and gives the same values as :class:`VisionCollator` with ``keep_uint8=False``.
-
-    Example:
-        >>> pixels = torch.full((1, 3, 2, 2), 255, dtype=torch.uint8)
-        >>> normalize_batch(pixels, [0.5] * 3, [0.5] * 3).unique().tolist()
-        [1.0]
-    """
-    if (mean is None) != (std is None):
-        raise ValueError(f"give mean and std together, but got mean={mean!r}, std={std!r}")
-    pixels = TF.to_dtype(pixel_values, torch.float32, scale=True)
-    if mean is None:
-        return pixels.clone() if pixels is pixel_values else pixels
-    return TF.normalize(pixels, list(mean), list(std), inplace=pixels is not pixel_values)
 
 
 def create_vision_collator(task_spec: TaskSpec | None = None, **kwargs: Any) -> VisionCollator:
     """Factory for the registry: a :class:`VisionCollator` with defaults from ``task_spec``, overridden by kwargs.
 
-    From the spec: ``input_fields[0]`` as ``input_field``, ``target_field``, and
-    ``preprocessing_config['normalization']`` unless ``mean``/``std`` or ``normalization`` are passed.
+    From the spec: ``input_fields[0]`` as ``input_field``, ``target_field``, ``num_classes`` (with a
+    cross-entropy loss), and ``preprocessing_config['normalization']`` unless ``mean``/``std`` or
+    ``normalization`` are passed.
     """
     if task_spec is not None:
         kwargs.setdefault("input_field", task_spec.input_fields[0])
         kwargs.setdefault("target_field", task_spec.target_field)
+        if task_spec.loss_type == "cross_entropy":
+            kwargs.setdefault("num_classes", task_spec.num_classes)
         preset = task_spec.preprocessing_config.get("normalization")
         if preset is not None and kwargs.get("normalization") is None and "mean" not in kwargs and "std" not in kwargs:
             kwargs["normalization"] = preset
     return VisionCollator(**kwargs)
-
-
-def _stats(name: str, values: Sequence[float]) -> tuple[float, ...]:
-    try:
-        stats = tuple(float(value) for value in values)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} should be a sequence of numbers, one per channel, but got {values!r}") from None
-    if not stats:
-        raise ValueError(f"{name} should have one value per channel, but got an empty {name}={values!r}")
-    return stats
-
-
-def _to_chw(image: Any, index: int, key: str) -> torch.Tensor:
-    """A CHW uint8 or floating tensor for one image; may share memory with it (the caller stacks, which copies)."""
-    where = f"row {index}: {key!r}"
-    if isinstance(image, Image.Image):
-        if image.mode not in _PIL_CONVERT:
-            raise TypeError(
-                f"{where} is a PIL image in mode {image.mode!r}, which has no fixed [0, 1] scale; convert it "
-                f"with image.convert('L') or image.convert('RGB'), or pass a float tensor in [0, 1]"
-            )
-        if image.mode != _PIL_CONVERT[image.mode]:
-            image = image.convert(_PIL_CONVERT[image.mode])
-        tensor = TF.to_image(image).as_subclass(torch.Tensor)
-    elif isinstance(image, np.ndarray):
-        if image.ndim == 3 and image.shape[-1] > 4 and image.shape[0] <= 4:
-            raise ValueError(
-                f"{where} is a numpy array of shape {image.shape}, which looks channels-first; numpy images are "
-                f"read as HWC: pass image.transpose(1, 2, 0), or a CHW tensor via torch.from_numpy(image)"
-            )
-        if image.ndim not in (2, 3):
-            raise ValueError(f"{where} should be an HWC or HW numpy array, but got shape {image.shape}")
-        if not image.flags.writeable or any(stride < 0 for stride in image.strides):
-            image = image.copy()  # torch.from_numpy rejects negative strides and warns on read-only arrays
-        tensor = TF.to_image(image).as_subclass(torch.Tensor)
-    elif isinstance(image, torch.Tensor):
-        if image.ndim not in (2, 3):
-            raise ValueError(f"{where} should be a CHW or HW tensor, but got shape {tuple(image.shape)}")
-        tensor = image.unsqueeze(0) if image.ndim == 2 else image
-    else:
-        raise TypeError(
-            f"{where} should be a torch.Tensor (CHW), numpy array (HWC) or PIL image, but got "
-            f"{type(image).__name__}; convert it in a dataset transform"
-        )
-    if tensor.dtype != torch.uint8 and not tensor.is_floating_point():
-        raise TypeError(
-            f"{where} has dtype {tensor.dtype}; expected uint8 (0..255) or float (0..1): convert with "
-            f".to(torch.uint8) if the values are 0..255, or to float divided by the maximum value"
-        )
-    return tensor
-

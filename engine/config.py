@@ -46,12 +46,12 @@ class DataLoaderConfig:
     """'fork', 'spawn' or 'forkserver'; None uses the platform default."""
 
     def __post_init__(self) -> None:
-        check_int("batch_size", self.batch_size, minimum=1)
-        check_int("num_workers", self.num_workers, minimum=0)
+        self.batch_size = check_int("batch_size", self.batch_size, minimum=1)  # numpy ints become ints
+        self.num_workers = check_int("num_workers", self.num_workers, minimum=0)
         if self.prefetch_factor is not None:
-            check_int("prefetch_factor", self.prefetch_factor, minimum=1)
+            self.prefetch_factor = check_int("prefetch_factor", self.prefetch_factor, minimum=1)
         if self.seed is not None:
-            check_int("seed", self.seed, minimum=0)
+            self.seed = check_int("seed", self.seed, minimum=0)
         for name in ("shuffle", "drop_last"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"DataLoaderConfig.{name} should be a bool, but got {name}={getattr(self, name)!r}")

@@ -12,7 +12,7 @@ from engine.distributed import check_trainer_keeps_our_samplers, resolve_world
 from engine.factory import DataLoaderFactory, batch_sampler_for, check_workers_can_start
 from engine.multi.config import MultiDataLoaderConfig
 from engine.multi.module import NamedDatasets, defer_to_named, is_named_datasets
-from engine.options import check_stream_batching, device_normalize_kwargs, loader_configs
+from engine.options import check_pad_id, check_stream_batching, device_normalize_kwargs, loader_configs
 from engine.sampling.modes import resolve_batching
 from engine.seeded_collate import build_collator
 from engine.sources.adapt import MapSource
@@ -108,6 +108,7 @@ class UniversalDataModule(lightning.LightningDataModule):
             task_spec, tokenizer, collate_fn, collator_name,
             device_normalize_kwargs(device_normalize, collate_fn, task_spec, collator_kwargs),
         )
+        check_pad_id(self.collator, tokenizer)
         self.train_config.collate_fn = self.eval_config.collate_fn = self.collator
         self.device_normalize = DeviceNormalize.from_collator(self.collator)  # also for collator_kwargs keep_uint8
         self.split_plan: SplitPlan | None = None

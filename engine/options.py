@@ -54,3 +54,18 @@ def loader_configs(*, batch_size: int, eval_batch_size: int | None, shuffle: boo
     if eval_batch_size is not None:
         check_int("eval_batch_size", eval_batch_size, minimum=1)
     return train, DataLoaderConfig(batch_size=eval_batch_size or batch_size, shuffle=False, **shared)
+
+
+def check_pad_id(collator: Any, tokenizer: Any) -> None:
+    """Refuse a pad id the tokenizer does not have (a tokenizer without a pad token, plus a preset's id): the
+    model's embedding would be indexed past its end, a device-side assert far from its cause."""
+    pad_id = getattr(collator, "pad_token_id", None)
+    if tokenizer is None or pad_id is None or not hasattr(tokenizer, "__len__"):
+        return
+    if not 0 <= pad_id < len(tokenizer):
+        raise ValueError(
+            f"pad_token_id should be an id of the tokenizer (0..{len(tokenizer) - 1}), but got pad_token_id={pad_id}"
+            f", which the tokenizer does not have (its pad_token is {getattr(tokenizer, 'pad_token', None)!r}, so "
+            f"the id came from the TaskSpec). Set tokenizer.pad_token (e.g. tokenizer.pad_token = "
+            f"tokenizer.eos_token) or spec.replace(special_tokens={{'pad_token_id': ...}})"
+        )

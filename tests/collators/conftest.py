@@ -48,3 +48,18 @@ def tokenizer() -> PreTrainedTokenizerFast:
 def gpt_tokenizer() -> PreTrainedTokenizerFast:
     """GPT-2-like: no special tokens added, and the pad token is the eos token (id 5)."""
     return build_tokenizer(pad_token="</s>", post_processor=False)
+
+
+@pytest.fixture(scope="module")
+def tokenizers() -> dict[tuple[str, str], PreTrainedTokenizerFast]:
+    """``(kind, padding_side) -> tokenizer`` for kind 'bert' (pad 0 != eos 5) and 'gpt' (pad = eos = 5).
+
+    Module-scoped, one per padding side, for property tests: nothing is mutated between examples.
+    """
+    out = {}
+    for side in ("right", "left"):
+        for kind, options in (("bert", {}), ("gpt", {"pad_token": "</s>", "post_processor": False})):
+            tokenizer = build_tokenizer(**options)
+            tokenizer.padding_side = side
+            out[kind, side] = tokenizer
+    return out

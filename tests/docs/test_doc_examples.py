@@ -3,11 +3,19 @@
 The blocks of one file run in order in one shared namespace (a later block may use an earlier block's names); each
 file is one test. Blocks that must not run use another language tag (```bash, ```text). Collator registrations made
 by an example are undone after its file (the registry is scoped), and the examples run in a temporary directory.
+
+Shown output is checked, doctest-style, so a comment cannot drift from the code: a line ``print(...)  # text``
+must print ``text``, and a ```text block right after a python block must be what that block printed. In both,
+``...`` stands for any text.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
+import sys
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -17,13 +25,52 @@ from collators import CollatorRegistry
 ROOT = Path(__file__).resolve().parents[2]
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 PYTHON_BLOCK = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
+OUTPUT_BLOCK = re.compile(r"\A\s*```text[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 LOCAL_LINK = re.compile(r"\]\((?!https?://|#)([^)#\s]+)(?:#[^)]*)?\)")
 
 
-def python_blocks(path: Path) -> list[tuple[int, str]]:
-    """``(line number, code)`` of each ```python block in ``path``."""
+def python_blocks(path: Path) -> list[tuple[int, str, str | None]]:
+    """``(line number, code, shown output or None)`` of each ```python block in ``path``."""
     text = path.read_text(encoding="utf-8")
-    return [(text.count("\n", 0, match.start()) + 2, match.group(1)) for match in PYTHON_BLOCK.finditer(text)]
+    blocks = []
+    for match in PYTHON_BLOCK.finditer(text):
+        shown = OUTPUT_BLOCK.match(text, match.end() + 1)
+        blocks.append((text.count("\n", 0, match.start()) + 2, match.group(1), shown.group(1) if shown else None))
+    return blocks
+
+
+def matches(shown: str, printed: str) -> bool:
+    """Whether ``printed`` is what ``shown`` says, line ends ignored and ``...`` matching any text."""
+    def clean(text: str) -> str:
+        return "\n".join(line.rstrip() for line in text.strip().splitlines())
+
+    pattern = ".*?".join(re.escape(part) for part in clean(shown).split("..."))
+    return re.fullmatch(pattern, clean(printed), re.DOTALL) is not None
+
+
+def with_checked_prints(code: str, path: str, first_line: int) -> str:
+    """``code`` with each one-line ``print(...)  # shown`` made to check that it prints ``shown``."""
+    lines = code.splitlines()
+    for token in tokenize.generate_tokens(io.StringIO(code).readline):
+        if token.type != tokenize.COMMENT:
+            continue
+        row = token.start[0] - 1
+        statement = lines[row][: token.start[1]].rstrip()
+        indent = statement[: len(statement) - len(statement.lstrip())]
+        if statement.lstrip().startswith("print(") and statement.endswith(")"):
+            shown = token.string[1:].strip()
+            lines[row] = (f"{indent}__check_print__(lambda: {statement.lstrip()}, {shown!r}, "
+                          f"'{path}:{first_line + row}')")
+    return "\n".join(lines) + "\n"
+
+
+def check_print(thunk, shown: str, where: str) -> None:
+    captured = io.StringIO()
+    with contextlib.redirect_stdout(captured):
+        thunk()
+    sys.stdout.write(captured.getvalue())
+    assert matches(shown, captured.getvalue()), f"{where}: the comment shows {shown!r}, but the code printed " \
+                                                f"{captured.getvalue().strip()!r}"
 
 
 def doc_id(path: Path) -> str:
@@ -35,11 +82,17 @@ def test_python_blocks_run(path, tmp_path, monkeypatch):
     blocks = python_blocks(path)
     assert blocks, f"{doc_id(path)} has no ```python block; every page shows at least one runnable example"
     monkeypatch.chdir(tmp_path)
-    namespace: dict = {"__name__": "__doc_example__"}
+    namespace: dict = {"__name__": "__doc_example__", "__check_print__": check_print}
     with CollatorRegistry.get_instance().scoped():
-        for line, code in blocks:
-            # Compiled under "<file>:<line>" so a failure's traceback names the block that failed.
-            exec(compile(code, f"{doc_id(path)}:{line}", "exec"), namespace)
+        for line, code, shown in blocks:
+            where = f"{doc_id(path)}:{line}"
+            printed = io.StringIO()
+            with contextlib.redirect_stdout(printed):
+                # Compiled under "<file>:<line>" so a failure's traceback names the block that failed.
+                exec(compile(with_checked_prints(code, doc_id(path), line), where, "exec"), namespace)
+            if shown is not None:
+                assert matches(shown, printed.getvalue()), (
+                    f"{where}: the output block after it shows\n{shown}\nbut the block printed\n{printed.getvalue()}")
 
 
 @pytest.mark.parametrize("path", DOC_FILES, ids=doc_id)
@@ -58,3 +111,12 @@ def test_api_reference_names_every_public_name():
     undocumented = [f"{package.__name__}.{name}" for package in (task_spec, collators, engine)
                     for name in package.__all__ if f"`{name}" not in api]
     assert not undocumented, f"docs/api.md does not describe {undocumented}"
+
+
+def test_a_comment_that_drifted_from_the_code_fails():
+    namespace = {"__check_print__": check_print}
+    exec(compile(with_checked_prints("print(1 + 1)  # 2\nprint('a b c')  # a ... c\n", "x.md", 1), "x", "exec"),
+         namespace)
+    with pytest.raises(AssertionError, match=r"x.md:2: the comment shows '3', but the code printed '2'"):
+        exec(compile(with_checked_prints("x = 1\nprint(1 + 1)  # 3\n", "x.md", 1), "x", "exec"), namespace)
+    assert matches("rows: ...\nend", "rows: 1, 2\n3\nend  \n") and not matches("rows: 1", "rows: 2")

@@ -386,7 +386,7 @@ def test_universaldatamodule_from_pytorch_dataset():
 
         def __getitem__(self, idx):
             return {
-                'pixel_values': torch.randn(3, 224, 224),
+                'pixel_values': torch.rand(3, 224, 224),  # corrected: the guide's randn is not an image in [0, 1]
                 'labels': idx % 10
             }
 
@@ -394,7 +394,7 @@ def test_universaldatamodule_from_pytorch_dataset():
 
     data_module = UniversalDataModule(
         train_data=dataset,
-        task_spec=TaskSpec.vision_tiny(),
+        task_spec=TaskSpec.vision_tiny().replace(additional_config={"num_classes": 10}),  # corrected: 10 labels
         batch_size=32,
         val_split=0.2,
         seed=42
@@ -411,6 +411,25 @@ def test_universaldatamodule_from_pytorch_dataset():
     assert batch["labels"].shape == (32,) and batch["labels"].dtype == torch.int64
 
 
+def test_the_guides_uncorrected_vision_example_is_refused_not_trained_on():
+    class GuideDataset(torch.utils.data.Dataset):
+        def __len__(self):
+            return 64
+
+        def __getitem__(self, idx):
+            return {"pixel_values": torch.randn(3, 8, 8), "labels": idx % 10}
+
+    spec = TaskSpec.vision_tiny().replace(additional_config={"image_size": 8})
+    with pytest.raises(ValueError, match=r"float 'pixel_values' should hold values in \[0, 1\]"):
+        next(iter(UniversalDataModule(GuideDataset(), task_spec=spec, batch_size=32).train_dataloader()))
+    class UnitImages(GuideDataset):
+        def __getitem__(self, idx):
+            return {"pixel_values": torch.rand(3, 8, 8), "labels": idx % 10}
+
+    with pytest.raises(ValueError, match=r"'labels' should be a class index in \[0, 4\)"):
+        next(iter(UniversalDataModule(UnitImages(), task_spec=spec, batch_size=32).train_dataloader()))
+
+
 def test_universaldatamodule_with_external_validation_set():
     # --- guide example ---
     train_dataset = cifar10_like(96, seed=0)  # substitution: load_dataset('cifar10', split='train')
@@ -419,7 +438,7 @@ def test_universaldatamodule_with_external_validation_set():
     data_module = UniversalDataModule(
         train_data=train_dataset,
         val_data=val_dataset,  # External val set
-        task_spec=TaskSpec.vision_tiny(),
+        task_spec=TaskSpec.vision_tiny().replace(additional_config={"num_classes": 10}),  # corrected: CIFAR-10
         batch_size=64,
         val_split=0.0,  # Ignored when val_data provided
         seed=42
