@@ -17,9 +17,30 @@ _NUMPY_SAFE = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, to
                torch.float64)
 
 
-def padded_length(longest: int, *, max_length: int | None = None, pad_to_multiple_of: int | None = None) -> int:
-    """Length a batch is padded to: the longest row, capped by ``max_length``, rounded up to a multiple."""
+PADDING_STRATEGIES = ("longest", "max_length")
+
+
+def padded_length(longest: int, *, max_length: int | None = None, pad_to_multiple_of: int | None = None,
+                  padding: str = "longest", buckets: tuple[int, ...] | None = None) -> int:
+    """Length a batch is padded to: the longest row, capped by ``max_length``, then ``max_length`` itself for
+    ``padding='max_length'``, else the smallest of ``buckets`` that holds it (static shapes for torch.compile,
+    CUDA graphs and XLA), else rounded up to a multiple of ``pad_to_multiple_of``.
+
+    Example:
+        >>> padded_length(70, max_length=512, buckets=(128, 256, 512)), padded_length(70, max_length=512,
+        ...                                                                            padding="max_length")
+        (128, 512)
+    """
     length = min(longest, max_length) if max_length is not None else longest
+    if padding == "max_length":
+        length = max_length  # type: ignore[assignment]
+    elif buckets:
+        fitting = [bucket for bucket in buckets if bucket >= length]
+        if not fitting:
+            raise ValueError(f"a batch's longest row has {length} tokens, but the largest of pad_to_buckets={buckets} "
+                             f"is {buckets[-1]}; add a bucket of at least {length}, or set max_length (the spec's "
+                             f"max_seq_len) to the largest bucket so longer rows are truncated")
+        length = fitting[0]
     if pad_to_multiple_of:
         length = -(-length // pad_to_multiple_of) * pad_to_multiple_of
     return length

@@ -137,6 +137,27 @@ def resolve_probability(name: str, explicit: float | None, spec: TaskSpec | None
     return float(value)
 
 
+def resolve_static_shapes(padding: str | None, buckets: Any, max_length: int | None,
+                          spec: TaskSpec | None) -> tuple[str, tuple[int, ...] | None]:
+    """``(padding, buckets)``: explicit, else the spec's ``padding`` / ``pad_to_buckets``, else 'longest' and None."""
+    padding = padding if padding is not None else preprocessing(spec, "padding", "longest")
+    if padding not in ("longest", "max_length"):
+        raise ValueError(f"padding should be 'longest' or 'max_length', but got padding={padding!r}")
+    if padding == "max_length" and max_length is None:
+        raise ValueError("padding='max_length' pads every batch to max_length, but max_length is None; pass "
+                         "max_length=... (or set the spec's max_seq_len)")
+    buckets = buckets if buckets is not None else preprocessing(spec, "pad_to_buckets", None)
+    if buckets is None:
+        return padding, None
+    if isinstance(buckets, (str, bytes)) or not hasattr(buckets, "__iter__"):
+        raise TypeError(f"pad_to_buckets should be a sequence of widths, but got pad_to_buckets={buckets!r}")
+    widths = tuple(sorted({check_int("pad_to_buckets item", width, minimum=1) for width in buckets}))
+    if not widths or padding == "max_length":
+        raise ValueError(f"pad_to_buckets should be a non-empty sequence of widths used with padding='longest', "
+                         f"but got pad_to_buckets={buckets!r} with padding={padding!r}")
+    return padding, widths
+
+
 def preprocessing(spec: TaskSpec | None, key: str, default: Any) -> Any:
     """``spec.preprocessing_config[key]``, or ``default`` without a spec or key."""
     return spec.preprocessing_config.get(key, default) if spec is not None else default

@@ -52,6 +52,10 @@ class TextCollator:
         pad_token_id: explicit > ``tokenizer.pad_token_id`` > ``spec.special_tokens['pad_token_id']``.
         label_pad_token_id: label of padded (and unselected masked-LM) positions.
         pad_to_multiple_of: round the padded length up to a multiple of this.
+        padding: 'longest' (pad to the batch's longest row) or 'max_length' (every batch ``max_length`` wide, as
+            transformers' ``padding="max_length"``); default the spec's ``padding``, else 'longest'.
+        pad_to_buckets: widths such as (128, 256, 512): each batch is padded to the smallest that holds it, so
+            torch.compile, CUDA graphs and XLA see a handful of shapes; default the spec's ``pad_to_buckets``.
         padding_side: 'right' or 'left'; default ``tokenizer.padding_side``, else the spec's, else 'right'.
         max_length: truncate inputs to this many tokens; default ``spec.max_seq_len``; None disables.
         max_target_length: seq2seq label truncation; default ``spec.additional_config['max_target_len']``.
@@ -85,6 +89,8 @@ class TextCollator:
         pad_token_id: int | None = None,
         label_pad_token_id: int = -100,
         pad_to_multiple_of: int | None = None,
+        padding: str | None = None,
+        pad_to_buckets: Sequence[int] | None = None,
         padding_side: str | None = None,
         max_length: int | None = opts.UNSET,
         max_target_length: int | None = opts.UNSET,
@@ -117,6 +123,7 @@ class TextCollator:
         if max_target_length is opts.UNSET:
             max_target_length = spec.additional_config.get("max_target_len") if spec is not None else None
         self.max_target_length = opts.check_int("max_target_length", max_target_length, minimum=1, optional=True)
+        self.padding, self.pad_to_buckets = opts.resolve_static_shapes(padding, pad_to_buckets, self.max_length, spec)
         spec_target = spec.target_field if spec is not None else None
         self.target_field = target_field or spec_target or "labels"
         default_text = "source" if self.task_type == "seq2seq" else "text"
@@ -171,8 +178,8 @@ class TextCollator:
         flat, lengths, consumed = self._input_ids(inputs)
         if self.check_values:
             check_range(flat, "input_ids", high=self.vocab_size, limit=self.vocab_source, lengths=lengths)
-        width = padded_length(int(lengths.max()), max_length=self.max_length,
-                              pad_to_multiple_of=self.pad_to_multiple_of)
+        width = padded_length(int(lengths.max()), max_length=self.max_length, padding=self.padding,
+                              buckets=self.pad_to_buckets, pad_to_multiple_of=self.pad_to_multiple_of)
         layout = PaddingLayout(lengths, length=width, padding_side=self.padding_side)
         target = target_key(self, inputs)
         slots = output_slots(slot_keys(self.task_type, self.target_field, inputs.keys, target is not None), layout)
@@ -208,7 +215,8 @@ class TextCollator:
         shown = {
             "task_type": self.task_type, "pad_token_id": self.pad_token_id,
             "label_pad_token_id": self.label_pad_token_id, "padding_side": self.padding_side,
-            "max_length": self.max_length, "pad_to_multiple_of": self.pad_to_multiple_of,
+            "max_length": self.max_length, "pad_to_multiple_of": self.pad_to_multiple_of, "padding": self.padding,
+            "pad_to_buckets": self.pad_to_buckets,
             "target_field": self.target_field, "text_field": self.text_field,
         }
         if self.task_type == "seq2seq":

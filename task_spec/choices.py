@@ -45,7 +45,7 @@ KNOWN_KEYS: dict[str, tuple[str, ...]] = {
     # engine/sources/inputs.py (text fields), engine/sampling/modes.py (batching, max_tokens).
     "preprocessing_config": (
         "text_field", "target_text_field", "padding_side", "mlm_probability", "normalization", "features",
-        "n_mels", "n_fft", "hop_length", "batching", "max_tokens",
+        "n_mels", "n_fft", "hop_length", "batching", "max_tokens", "padding", "pad_to_buckets",
     ),
 }
 """Keys that some stage of the data path reads, per mapping field. Other keys are kept for the user's own use,
