@@ -6,13 +6,21 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import lightning
+import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from engine.distributed import check_trainer_keeps_our_samplers, resolve_world
 from engine.factory import DataLoaderFactory, batch_sampler_for, check_workers_can_start
 from engine.multi.config import MultiDataLoaderConfig
 from engine.multi.module import NamedDatasets, defer_to_named, is_named_datasets
-from engine.options import check_pad_id, check_stream_batching, device_normalize_kwargs, loader_configs
+from engine.options import (
+    check_pad_id,
+    check_stream_batching,
+    checkpoint_configuration,
+    device_normalize_kwargs,
+    loader_configs,
+    restore_configuration,
+)
 from engine.sampling.modes import resolve_batching
 from engine.seeded_collate import build_collator
 from engine.sources.adapt import MapSource
@@ -24,6 +32,9 @@ from engine.tools.device import DeviceNormalize
 from engine.tools.summary import render_html, render_text
 from engine.tools.validation import validate_first_batch
 from task_spec import TaskSpec
+
+DATA_ARGUMENTS = ["train_data", "val_data", "test_data", "predict_data", "tokenizer", "collate_fn"]
+"""Arguments kept out of the checkpointed configuration: pass them again to ``load_from_checkpoint``."""
 
 
 class UniversalDataModule(lightning.LightningDataModule):
@@ -83,6 +94,9 @@ class UniversalDataModule(lightning.LightningDataModule):
         device_normalize: bool = False, validate: bool = False, multi_config: MultiDataLoaderConfig | None = None,
     ) -> None:
         super().__init__()
+        # The configuration, not the data or tokenizer, goes into Lightning checkpoints (datamodule_hyper_parameters)
+        self.save_hyperparameters(checkpoint_configuration(locals(), DATA_ARGUMENTS + ["self", "__class__"]),
+                                  logger=False)
         self.named: NamedDatasets | None = None
         if is_named_datasets(train_data):  # several datasets: a child module each, composed here
             options = {key: value for key, value in locals().items() if key not in ("self", "__class__")}
@@ -194,6 +208,13 @@ class UniversalDataModule(lightning.LightningDataModule):
             return []
         return self._factory.eval_dataloader(self.datasets[role], self.eval_config, role=role, rank=self.rank,
                                              num_replicas=self.world_size)
+
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path: Any, map_location: Any = None, **data: Any) -> Any:
+        """A module configured as the one in a Lightning checkpoint; pass the data (and tokenizer) again, e.g.
+        ``UniversalDataModule.load_from_checkpoint(path, train_data=rows, tokenizer=tok)``."""
+        checkpoint = torch.load(checkpoint_path, map_location=map_location or "cpu", weights_only=True)
+        return cls(**{**restore_configuration(checkpoint["datamodule_hyper_parameters"]), **data})
 
     @defer_to_named
     def identity(self) -> dict[str, Any]:

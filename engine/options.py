@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping, Sequence
+from enum import Enum
 from typing import Any
 
 from engine._checks import check_int
@@ -69,3 +72,48 @@ def check_pad_id(collator: Any, tokenizer: Any) -> None:
             f"the id came from the TaskSpec). Set tokenizer.pad_token (e.g. tokenizer.pad_token = "
             f"tokenizer.eos_token) or spec.replace(special_tokens={{'pad_token_id': ...}})"
         )
+
+
+def plain(value: Any) -> Any:
+    """``value`` as plain Python values (dicts, lists, str, numbers, bool, None), so a checkpoint that holds it
+    loads with ``torch.load(weights_only=True)``; a TaskSpec or config dataclass becomes a dict of its fields."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {field.name: plain(getattr(value, field.name)) for field in dataclasses.fields(value)}
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, Mapping):
+        return {str(key): plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(item) for item in value]
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    raise TypeError(f"{type(value).__name__} cannot be stored in a checkpoint's configuration")
+
+
+def checkpoint_configuration(arguments: Mapping[str, Any], leave_out: Sequence[str]) -> dict[str, Any]:
+    """The module's arguments as plain values for ``datamodule_hyper_parameters``, without data or tokenizer;
+    an argument that is not plain (a collator option holding an object) is left out, to be passed again."""
+    configuration = {}
+    for name, value in arguments.items():
+        if name in leave_out:
+            continue
+        try:
+            configuration[name] = plain(value)
+        except TypeError:
+            continue
+    return configuration
+
+
+def restore_configuration(configuration: Mapping[str, Any]) -> dict[str, Any]:
+    """The module's arguments back from :func:`checkpoint_configuration`: specs and multi_config rebuilt."""
+    from engine.multi.config import MultiDataLoaderConfig  # only when loading a checkpoint
+
+    arguments = dict(configuration)
+    spec = arguments.get("task_spec")
+    if isinstance(spec, Mapping) and "task_type" in spec:
+        arguments["task_spec"] = TaskSpec(**spec)
+    elif isinstance(spec, Mapping):  # several named datasets: {name: spec}
+        arguments["task_spec"] = {name: TaskSpec(**fields) for name, fields in spec.items()}
+    if isinstance(arguments.get("multi_config"), Mapping):
+        arguments["multi_config"] = MultiDataLoaderConfig(**arguments["multi_config"])
+    return arguments

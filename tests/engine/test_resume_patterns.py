@@ -7,8 +7,10 @@ import warnings
 
 import lightning
 import pytest
+import torch
 
-from tests.engine.test_resume import fingerprint, module
+from engine import UniversalDataModule
+from tests.engine.test_resume import SPEC, fingerprint, module, rows
 from tests.engine.test_resume_lightning import Recorder
 
 BATCHINGS = [dict(batching="plain"), dict(batching="grouped"), dict(batching="token_budget", max_tokens=120)]
@@ -171,3 +173,21 @@ class TestLoadedStateIsChecked:
         resumed.load_state_dict(state)
         assert epochs(resumed, 1) == epochs(module(), 1)
         assert state["epoch"] == 0
+
+
+@pytest.mark.usefixtures("quiet_lightning")
+class TestConfigurationInCheckpoints:
+    def test_a_module_is_rebuilt_from_its_checkpoint_with_the_data_given_again(self, tmp_path):
+        first = trainer(max_steps=2)
+        first.fit(Recorder(), datamodule=module(batching="grouped", uneven="drop"))
+        first.save_checkpoint(tmp_path / "two.ckpt")
+        saved = torch.load(tmp_path / "two.ckpt", weights_only=True)["datamodule_hyper_parameters"]  # plain values
+        assert len(pickle.dumps(saved)) < 64 * 1024
+        assert not {"train_data", "val_data", "tokenizer", "collate_fn"} & set(saved)
+        rebuilt = UniversalDataModule.load_from_checkpoint(tmp_path / "two.ckpt", train_data=rows())
+        assert (rebuilt.batching, rebuilt.uneven, rebuilt.seed, rebuilt.task_spec) == ("grouped", "drop", 11, SPEC)
+        resumed = Recorder()
+        trainer(max_steps=4).fit(resumed, datamodule=rebuilt, ckpt_path=tmp_path / "two.ckpt")
+        full = Recorder()
+        trainer(max_steps=4).fit(full, datamodule=module(batching="grouped", uneven="drop"))
+        assert resumed.seen == full.seen[2:4]
