@@ -99,6 +99,17 @@ class DataLoaderFactory:
         )
         return _attach_epoch_handle(ResumableLoader(source, batch_sampler=sampler, **common))
 
+    def train_dataloader(self, source: Any, config: DataLoaderConfig, *, batching: str = "plain",
+                         max_tokens: int | None = None, key: str | None = None, rank: int = 0, num_replicas: int = 1,
+                         uneven: str = "pad") -> StatefulDataLoader:
+        """A training loader over ``source`` with the sampler of ``batching`` (a stream keeps its own order)."""
+        sampler = None if isinstance(source, IterableDataset) else batch_sampler_for(
+            source, batching=batching, batch_size=config.batch_size, max_tokens=max_tokens, key=key,
+            seed=config.seed or 0, shuffle=config.shuffle, drop_last=config.drop_last, num_replicas=num_replicas,
+            rank=rank, uneven=uneven)
+        return self.create_dataloader(source, config, batch_sampler=sampler, rank=rank, num_replicas=num_replicas,
+                                      uneven=uneven)
+
     def eval_dataloader(self, source: Any, config: DataLoaderConfig, *, role: str = "val", rank: int = 0,
                         num_replicas: int = 1) -> StatefulDataLoader:
         """A loader that reads every row of ``source`` once across ranks, in storage order.

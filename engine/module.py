@@ -9,23 +9,16 @@ import lightning
 import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from engine import options
 from engine.distributed import check_trainer_keeps_our_samplers, resolve_world
-from engine.factory import DataLoaderFactory, batch_sampler_for, check_workers_can_start
+from engine.factory import DataLoaderFactory, check_workers_can_start
 from engine.multi.config import MultiDataLoaderConfig
 from engine.multi.module import NamedDatasets, defer_to_named, is_named_datasets
-from engine.options import (
-    check_pad_id,
-    check_stream_batching,
-    checkpoint_configuration,
-    device_normalize_kwargs,
-    loader_configs,
-    restore_configuration,
-)
 from engine.sampling.modes import resolve_batching
 from engine.seeded_collate import build_collator
 from engine.sources.adapt import MapSource
 from engine.sources.given import prepare_inputs, take_inputs
-from engine.sources.streams import EpochStream, check_resumable
+from engine.sources.streams import check_resumable
 from engine.splits import SplitPlan
 from engine.state import TrainPosition, check_compatible, check_structure, module_identity
 from engine.tools.device import DeviceNormalize
@@ -33,8 +26,8 @@ from engine.tools.summary import render_html, render_text
 from engine.tools.validation import validate_first_batch
 from task_spec import TaskSpec
 
-DATA_ARGUMENTS = ["train_data", "val_data", "test_data", "predict_data", "tokenizer", "collate_fn"]
-"""Arguments kept out of the checkpointed configuration: pass them again to ``load_from_checkpoint``."""
+NOT_CHECKPOINTED = ("self", "__class__", "train_data", "val_data", "test_data", "predict_data", "tokenizer",
+                    "collate_fn")
 
 
 class UniversalDataModule(lightning.LightningDataModule):
@@ -44,11 +37,9 @@ class UniversalDataModule(lightning.LightningDataModule):
     and iterating the same train loader again gives the next epoch's order.
 
     Args:
-        train_data: A ``datasets.Dataset`` or ``DatasetDict`` (splits ``train``/``validation``/``test``), a
-            ``datasets.IterableDataset`` (a stream), a map-style torch ``Dataset``, or a list of tensors (stored as
-            one flat buffer). A dict ``{name: data}`` of these trains on several named datasets: a child module
-            per name (see :mod:`engine.multi.module`), ``task_spec`` and ``val_data``/``test_data``/``predict_data``
-            may then be ``{name: ...}`` too.
+        train_data: A ``datasets.Dataset`` or ``DatasetDict``, a ``datasets.IterableDataset`` (a stream), a map-style
+            torch ``Dataset``, or a list of tensors (one flat buffer). ``{name: data}`` trains on several named
+            datasets (:mod:`engine.multi.module`); ``task_spec`` and the other data may then be ``{name: ...}``.
         task_spec: What the task is; picks the collator through the registry. None uses the default collator.
         tokenizer: Tokenizer for raw text (tokenized once at setup) and for pad/mask ids.
         val_data, test_data, predict_data: Optional separate datasets of the same kinds.
@@ -56,21 +47,18 @@ class UniversalDataModule(lightning.LightningDataModule):
         batch_size: Rows per training batch; ``eval_batch_size`` (default the same) for the others.
         num_workers, pin_memory, persistent_workers, prefetch_factor: As in :class:`DataLoaderConfig`.
         seed: Seed of the split, the shuffle and every random choice in the collators.
-        shuffle: Seeded shuffle with a new order each epoch; default on, except for a stream
-            (``datasets.IterableDataset``), which is read in its own order and sharded by rank and worker.
+        shuffle: Seeded shuffle with a new order each epoch; default on, except for a stream (read in its order).
         drop_last: Drop the last incomplete training batch (evaluation loaders never shuffle or drop).
-        uneven: Across ranks, ``pad`` (repeat a few rows) or ``drop`` (leave a few out) so every rank gets the
-            same number of training batches. Evaluation always reads every row exactly once.
+        uneven: ``pad`` (repeat a few rows) or ``drop`` (leave a few out) so every rank gets the same number of
+            training batches; evaluation always reads every row exactly once.
         collate_fn: Use this collate function instead of the registry's choice.
         collator_name: Ask the registry for this collator by name.
         collator_kwargs: Extra keyword arguments for the collator factory.
         batching: 'plain', 'grouped' (rows of similar length share a batch) or 'token_budget' (at most
             ``max_tokens`` padded tokens per batch); None reads ``spec.preprocessing_config['batching']``.
         max_tokens: Padded-token budget per batch for 'token_budget' (else the spec's 'max_tokens').
-        device_normalize: Vision: keep images uint8 through the loader and normalize them on the device,
-            in ``on_after_batch_transfer`` (plain loops: ``dm.on_after_batch_transfer(batch_on_device, 0)``).
-        validate: At setup, check the first training batch against the spec (keys, dtypes, shapes, NaN/Inf,
-            label ranges, masks) and raise naming the key and the fix; the report is ``dm.validation_report``.
+        device_normalize: Vision: keep images uint8 in the loader, normalize on the device (on_after_batch_transfer).
+        validate: At setup, check the first training batch against the spec; the report is ``dm.validation_report``.
         multi_config: Several named datasets only: how their batches interleave (a MultiDataLoaderConfig).
 
     Example:
@@ -94,13 +82,11 @@ class UniversalDataModule(lightning.LightningDataModule):
         device_normalize: bool = False, validate: bool = False, multi_config: MultiDataLoaderConfig | None = None,
     ) -> None:
         super().__init__()
-        # The configuration, not the data or tokenizer, goes into Lightning checkpoints (datamodule_hyper_parameters)
-        self.save_hyperparameters(checkpoint_configuration(locals(), DATA_ARGUMENTS + ["self", "__class__"]),
-                                  logger=False)
+        options.record_configuration(self, options.checkpoint_configuration(locals(), NOT_CHECKPOINTED))
         self.named: NamedDatasets | None = None
         if is_named_datasets(train_data):  # several datasets: a child module each, composed here
-            options = {key: value for key, value in locals().items() if key not in ("self", "__class__")}
-            self.named = NamedDatasets.build(self, UniversalDataModule, **options)
+            arguments = {key: value for key, value in locals().items() if key not in ("self", "__class__")}
+            self.named = NamedDatasets.build(self, UniversalDataModule, **arguments)
             self.seed, self.task_spec, self.children = seed, None, self.named.children
             return
         self.children: dict[str, UniversalDataModule] = {}
@@ -111,18 +97,18 @@ class UniversalDataModule(lightning.LightningDataModule):
         self.task_spec, self.tokenizer, self.seed = task_spec, tokenizer, seed
         self.val_split, self.test_split, self.uneven, self.validate = val_split, test_split, uneven, validate
         self.rank, self.world_size = 0, 1
-        self.train_config, self.eval_config = loader_configs(
+        self.train_config, self.eval_config = options.loader_configs(
             batch_size=batch_size, eval_batch_size=eval_batch_size, shuffle=self._stream is None if shuffle is None
             else shuffle, drop_last=drop_last, num_workers=num_workers, pin_memory=pin_memory,
             prefetch_factor=prefetch_factor, persistent_workers=persistent_workers, seed=seed)
         self.batching, self.max_tokens, self.batching_reason = resolve_batching(task_spec, batching, max_tokens,
                                                                                 self.train_config.shuffle)
-        check_stream_batching(self._stream is not None, self.batching)
+        options.check_stream_batching(self._stream is not None, self.batching)
         self.collator, self.collator_resolution = build_collator(
             task_spec, tokenizer, collate_fn, collator_name,
-            device_normalize_kwargs(device_normalize, collate_fn, task_spec, collator_kwargs),
+            options.device_normalize_kwargs(device_normalize, collate_fn, task_spec, collator_kwargs),
         )
-        check_pad_id(self.collator, tokenizer)
+        options.check_pad_id(self.collator, tokenizer)
         self.train_config.collate_fn = self.eval_config.collate_fn = self.collator
         self.device_normalize = DeviceNormalize.from_collator(self.collator)  # also for collator_kwargs keep_uint8
         self.split_plan: SplitPlan | None = None
@@ -145,8 +131,7 @@ class UniversalDataModule(lightning.LightningDataModule):
         for role, source in sources.items():  # spawned workers must be able to receive data and collator
             check_workers_can_start(source, self.train_config if role == "train" else self.eval_config)
         if self.validate and "train" in sources:  # a throwaway loader: the real one's state is untouched
-            probe = self._factory.create_dataloader(sources["train"], self.train_config,
-                                                    batch_sampler=self._train_sampler(sources["train"]))
+            probe = self._new_train_loader()
             self.validation_report = validate_first_batch(
                 probe, self.task_spec, pad_token_id=getattr(self.tokenizer, "pad_token_id", None))
 
@@ -166,21 +151,14 @@ class UniversalDataModule(lightning.LightningDataModule):
             self.setup()
             if "train" not in self.datasets:
                 raise ValueError("there is no train data: pass train_data=... to UniversalDataModule")
-            train = self.datasets["train"]
-            sampler = None if isinstance(train, EpochStream) else self._train_sampler(train)
-            self._position.attach(self._factory.create_dataloader(
-                train, self.train_config, batch_sampler=sampler, rank=self.rank, num_replicas=self.world_size,
-                uneven=self.uneven,
-            ))
+            self._position.attach(self._new_train_loader())
         return self._position.loader
 
-    def _train_sampler(self, train: MapSource) -> Any:
-        return batch_sampler_for(
-            train, batching=self.batching, batch_size=self.train_config.batch_size, max_tokens=self.max_tokens,
-            key=self.task_spec.input_fields[0] if self.task_spec else None, seed=self.seed,
-            shuffle=self.train_config.shuffle, drop_last=self.train_config.drop_last, num_replicas=self.world_size,
-            rank=self.rank, uneven=self.uneven,
-        )
+    def _new_train_loader(self) -> StatefulDataLoader:
+        return self._factory.train_dataloader(
+            self.datasets["train"], self.train_config, batching=self.batching, max_tokens=self.max_tokens,
+            key=self.task_spec.input_fields[0] if self.task_spec else None, rank=self.rank,
+            num_replicas=self.world_size, uneven=self.uneven)
 
     @defer_to_named
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
@@ -214,31 +192,27 @@ class UniversalDataModule(lightning.LightningDataModule):
         """A module configured as the one in a Lightning checkpoint; pass the data (and tokenizer) again, e.g.
         ``UniversalDataModule.load_from_checkpoint(path, train_data=rows, tokenizer=tok)``."""
         checkpoint = torch.load(checkpoint_path, map_location=map_location or "cpu", weights_only=True)
-        return cls(**{**restore_configuration(checkpoint["datamodule_hyper_parameters"]), **data})
+        return cls(**{**options.restore_configuration(checkpoint["datamodule_hyper_parameters"]), **data})
 
     @defer_to_named
     def identity(self) -> dict[str, Any]:
         """What a saved state must match to be loaded here: version, seed, fingerprints, ranks and workers."""
         self.setup()
-        config, options = self.train_config, {"batching": self.batching, "max_tokens": self.max_tokens}
+        config, batching = self.train_config, {"batching": self.batching, "max_tokens": self.max_tokens}
         return module_identity(seed=self.seed, data_fingerprint=self._fingerprint, split_plan=self.split_plan,
-                               world_size=self.world_size, config=config, uneven=self.uneven, **options)
+                               world_size=self.world_size, config=config, uneven=self.uneven, **batching)
 
     @defer_to_named
     def state_dict(self) -> dict[str, Any]:
-        """Seed, fingerprints of the data and split, and the train loader's position (torchdata state).
-
-        Saving costs microseconds at ``num_workers=0``: the fingerprints are computed once at setup.
-        """
+        """The identity (seed, fingerprints, options) and the train loader's position; microseconds to save."""
         return {**self.identity(), **self._position.save()}
 
     @defer_to_named
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Continue from ``state_dict``: the next training batch is the one after the last saved one.
 
-        Raises if the state was saved from other data, seed, splits or number of ranks. A train loader
-        already handed out is replaced; iterators still running over it raise rather than yield stale rows.
-        """
+        Refuses a malformed state, or one from other data, seed, splits, ranks or batching options. A train loader
+        already handed out is replaced; iterators still running over it raise rather than yield stale rows."""
         check_structure(state_dict)
         check_compatible(state_dict, self.identity())  # not state_dict(): that would query the loader too
         if self._stream is not None and state_dict.get("train_loader"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Mapping, Sequence
 from enum import Enum
@@ -102,6 +103,17 @@ def checkpoint_configuration(arguments: Mapping[str, Any], leave_out: Sequence[s
         except TypeError:
             continue
     return configuration
+
+
+def record_configuration(module: Any, configuration: Mapping[str, Any]) -> None:
+    """Store ``configuration`` where Lightning's checkpoints read a module's hyperparameters (``hparams_initial``).
+
+    ``save_hyperparameters()`` would also walk the caller's frames, and reading a frame's locals keeps a snapshot
+    of them alive: the caller's earlier loaders, and their worker processes, would outlive their names.
+    """
+    module._log_hyperparams = False
+    module._set_hparams(dict(configuration))
+    module._hparams_initial = copy.deepcopy(module._hparams)
 
 
 def restore_configuration(configuration: Mapping[str, Any]) -> dict[str, Any]:
