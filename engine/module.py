@@ -84,7 +84,7 @@ class UniversalDataModule(lightning.LightningDataModule):
         super().__init__()
         options.record_configuration(self, options.checkpoint_configuration(locals(), NOT_CHECKPOINTED))
         self.named: NamedDatasets | None = None
-        if is_named_datasets(train_data):  # several datasets: a child module each, composed here
+        if is_named_datasets(train_data, task_spec):  # several datasets: a child module each, composed here
             arguments = {key: value for key, value in locals().items() if key not in ("self", "__class__")}
             self.named = NamedDatasets.build(self, UniversalDataModule, **arguments)
             self.seed, self.task_spec, self.children = seed, None, self.named.children

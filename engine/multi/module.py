@@ -16,7 +16,7 @@ from typing import Any
 from engine.multi.config import MultiDataLoaderConfig
 from engine.multi.loader import MultiDataLoader
 from engine.rng import derive_seed
-from engine.sources.adapt import is_hf_dataset_dict
+from engine.sources.kinds import is_column_dict, is_hf_dataset_dict
 from engine.state import CHILDREN, EPOCH, MULTI, STATE_VERSION, TRAIN_LOADER, VERSION, check_compatible, check_structure
 
 PER_NAME_OPTIONS = ("val_data", "test_data", "predict_data")
@@ -34,9 +34,11 @@ def defer_to_named(method: Callable[..., Any]) -> Callable[..., Any]:
     return dispatch
 
 
-def is_named_datasets(train_data: Any) -> bool:
-    """Whether ``train_data`` is ``{name: data}`` (several datasets), not a ``DatasetDict`` of splits."""
-    return isinstance(train_data, Mapping) and not is_hf_dataset_dict(train_data)
+def is_named_datasets(train_data: Any, task_spec: Any = None) -> bool:
+    """Whether ``train_data`` is ``{name: data}`` (several datasets): not a ``DatasetDict`` of splits, and not one
+    dataset's columns (a dict whose keys are the spec's fields, such as ``{"input_ids": ..., "labels": ...}``)."""
+    return (isinstance(train_data, Mapping) and not is_hf_dataset_dict(train_data)
+            and not is_column_dict(train_data, task_spec))
 
 
 def child_arguments(train_data: Mapping[str, Any], task_spec: Any, seed: int,

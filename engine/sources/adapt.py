@@ -15,6 +15,7 @@ import torch
 from torch.utils.data import Dataset
 
 from engine.sources._arrow_fetch import ArrowBatchFetcher, ColumnBatch
+from engine.sources.kinds import ACCEPTED, TupleRows, columns_dataset, is_column_dict, tuple_fields
 
 try:  # datasets is a dependency, but sources of other kinds must not need it at import time
     import datasets as hf_datasets
@@ -172,16 +173,19 @@ def is_hf_dataset(data: Any) -> bool:
     return hf_datasets is not None and isinstance(data, hf_datasets.Dataset)
 
 
-def is_hf_dataset_dict(data: Any) -> bool:
-    return hf_datasets is not None and isinstance(data, hf_datasets.DatasetDict)
-
-
-def as_source(data: Any, *, key: str | None = None) -> MapSource:
-    """Adapt ``data`` (HF Dataset, map-style torch Dataset or list of tensors) to a :class:`MapSource`."""
+def as_source(data: Any, *, key: str | None = None, spec: Any = None, what: str = "train_data") -> MapSource:
+    """Adapt ``data`` (HF Dataset, map-style torch Dataset, list of tensors, DataFrame, tuple rows, or a dict of
+    columns) to a :class:`MapSource`; anything else is refused with the kinds accepted."""
     if isinstance(data, MapSource):
         return data
     if is_hf_dataset(data):
         return HFSource(data)
+    if type(data).__name__ == "DataFrame" and type(data).__module__.startswith("pandas"):
+        return HFSource(hf_datasets.Dataset.from_pandas(data, preserve_index=False))  # Arrow, no row copies
+    if is_column_dict(data, spec):
+        return TorchSource(columns_dataset(data))
+    if isinstance(data, (str, bytes, int, float, dict)) or data is None:
+        raise TypeError(f"{what} should be {ACCEPTED}, but got {type(data).__name__}: {data!r:.60}")
     if isinstance(data, (list, tuple)):
         if not data:
             raise ValueError("the data is an empty list; give at least one row")
@@ -197,20 +201,6 @@ def as_source(data: Any, *, key: str | None = None) -> MapSource:
             "give a map-style Dataset (or a datasets.Dataset)"
         )
     if isinstance(data, Dataset) or (hasattr(data, "__getitem__") and hasattr(data, "__len__")):
-        return TorchSource(data)
-    raise TypeError(
-        f"cannot load data of type {type(data).__name__}; give a datasets.Dataset or DatasetDict, a map-style "
-        f"torch Dataset, or a list of tensors"
-    )
-
-
-def unpack_dataset_dict(data: Any, val_data: Any, test_data: Any) -> tuple[Any, Any, Any]:
-    """The train, validation and test datasets of a ``DatasetDict``; explicit val/test data must not clash."""
-    if "train" not in data:
-        raise ValueError(f"the DatasetDict has no 'train' split; its splits are {list(data)}")
-    val = data.get("validation", data.get("val"))
-    if val is not None and val_data is not None:
-        raise ValueError("val_data was given, but the DatasetDict has a validation split too; pass one")
-    return data["train"], val_data if val_data is not None else val, (
-        test_data if test_data is not None else data.get("test")
-    )
+        fields = tuple_fields(data[0], spec) if spec is not None and len(data) else None  # reads a row
+        return TorchSource(TupleRows(data, fields) if fields else data)
+    raise TypeError(f"{what} should be {ACCEPTED}, but got {type(data).__name__}")

@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from engine.options import check_data_arguments
-from engine.sources.adapt import MapSource, TorchSource, as_source, is_hf_dataset_dict, unpack_dataset_dict
+from engine.sources.adapt import MapSource, TorchSource, as_source
 from engine.sources.inputs import check_inputs
+from engine.sources.kinds import is_hf_dataset_dict, unpack_dataset_dict
 from engine.sources.preprocess import prepare_source, prepare_stream
 from engine.sources.streams import EpochStream, check_stream_options, is_hf_stream, peek_rows, stream_fingerprint
 from engine.splits import SplitPlan, plan_splits, split_views
@@ -41,7 +42,7 @@ def take_inputs(train_data: Any, *, val_data: Any, test_data: Any, predict_data:
         check_stream_options(val_split=val_split, test_split=test_split, shuffle=shuffle)
         train_data = None
     key = task_spec.input_fields[0] if task_spec is not None else None
-    given = {role: as_source(data, key=key)
+    given = {role: as_source(data, key=key, spec=task_spec, what=f"{role}_data")
              for role, data in zip(ROLES, (train_data, val_data, test_data, predict_data)) if data is not None}
     if stream is not None:
         given["train"] = TorchSource(peek_rows(stream, 1))  # checked below, replaced at setup

@@ -5,7 +5,8 @@ import torch
 from torch.utils.data import TensorDataset
 
 from engine.sampling.base import BatchIndices
-from engine.sources.adapt import HFSource, RowBatch, TensorListSource, TorchSource, as_source, unpack_dataset_dict
+from engine.sources.adapt import HFSource, RowBatch, TensorListSource, TorchSource, as_source
+from engine.sources.kinds import unpack_dataset_dict
 
 
 class Endless(torch.utils.data.IterableDataset):
@@ -55,7 +56,7 @@ class TestOtherSources:
     @pytest.mark.parametrize(("data", "error", "match"), [
         ([1, 2], TypeError, "a list given as data should hold torch.Tensors, but item 0 is a int"),
         (Endless(), TypeError, "an IterableDataset has no length or random access"),
-        (42, TypeError, "cannot load data of type int"),
+        (42, TypeError, "train_data should be a datasets.Dataset or DatasetDict, .* but got int"),
     ])
     def test_unsupported_data(self, data, error, match):
         with pytest.raises(error, match=match):
@@ -69,5 +70,5 @@ class TestDatasetDict:
         assert train is part and val is part and test is None
         with pytest.raises(ValueError, match="the DatasetDict has no 'train' split; its splits are \\['test'\\]"):
             unpack_dataset_dict(datasets.DatasetDict({"test": part}), None, None)
-        with pytest.raises(ValueError, match="val_data was given, but the DatasetDict has a validation split too"):
+        with pytest.raises(ValueError, match="val_data was given, but the DatasetDict has a validation split"):
             unpack_dataset_dict(datasets.DatasetDict({"train": part, "validation": part}), part, None)

@@ -1,0 +1,106 @@
+"""The kinds of data a module takes beyond datasets and tensor lists, and how each is read: tuple rows mapped onto
+the spec's fields, a dict of columns, a ``DatasetDict``'s splits by their common names."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+
+
+def is_hf_dataset_dict(data: Any) -> bool:
+    try:
+        import datasets as hf_datasets
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(data, hf_datasets.DatasetDict)
+
+
+ACCEPTED = ("a datasets.Dataset or DatasetDict, a datasets.IterableDataset (a stream), a map-style torch Dataset "
+            "(rows as dicts or (input, target) tuples), a list of tensors, a pandas DataFrame, a dict of equal-length "
+            "column tensors keyed by the spec's fields, or {name: one of these} for several datasets")
+
+
+class TupleRows(Dataset):
+    """Rows given as tuples (torchvision datasets, ``TensorDataset``) seen as dicts keyed by the spec's fields:
+    ``(input, target)`` -> ``{input_fields[0]: input, target_field: target}``; PIL images become CHW uint8."""
+
+    def __init__(self, dataset: Any, fields: tuple[str, ...]) -> None:
+        self.dataset, self.fields = dataset, fields
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        row = self.dataset[index]
+        if len(row) != len(self.fields):
+            raise ValueError(f"row {index} is a tuple of {len(row)} values, but the spec's fields are {self.fields}; "
+                             f"give rows as dicts, or set TaskSpec.input_fields/target_field to match")
+        return {name: _as_tensor_image(value) for name, value in zip(self.fields, row)}
+
+
+def _as_tensor_image(value: Any) -> Any:
+    if type(value).__module__.startswith("PIL."):
+        from torchvision.transforms.v2.functional import pil_to_tensor
+
+        return pil_to_tensor(value)
+    return value
+
+
+def tuple_fields(first: Any, spec: Any) -> tuple[str, ...] | None:
+    """The field of each tuple position, when rows are tuples and the spec says which fields they are."""
+    if not isinstance(first, tuple) or spec is None:
+        return None
+    fields = (*spec.input_fields, *([spec.target_field] if spec.target_field else []))
+    if len(first) == 1:
+        return fields[:1]
+    if len(first) == 2 and spec.target_field:
+        return (spec.input_fields[0], spec.target_field)
+    if len(first) == len(fields):
+        return fields
+    raise ValueError(f"rows are tuples of {len(first)} values, but the spec's fields are {fields}; give rows as "
+                     f"dicts, or set TaskSpec.input_fields/target_field so that their count matches")
+
+
+def is_column_dict(data: Any, spec: Any) -> bool:
+    """Whether ``data`` is one dataset's columns (keys among the spec's fields), not several named datasets."""
+    if not isinstance(data, dict) or spec is None or is_hf_dataset_dict(data) or not data:
+        return False
+    if isinstance(spec, dict):
+        return False
+    return any(key in (*spec.input_fields, spec.target_field) for key in data)
+
+
+def columns_dataset(columns: dict[str, Any]) -> Any:
+    """Equal-length columns as rows ``{key: column[i]}`` without copying them (torch's ``StackDataset``)."""
+    lengths = {key: len(column) for key, column in columns.items()}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"the columns should have equal lengths, but got {lengths}; give one value "
+                         f"per row under each key")
+    return torch.utils.data.StackDataset(**columns)
+
+
+VALIDATION_NAMES = ("validation", "val", "valid", "dev", "eval")
+"""Names a ``DatasetDict``'s validation split goes by (GLUE, SQuAD, many hub datasets)."""
+
+
+def unpack_dataset_dict(data: Any, val_data: Any, test_data: Any) -> tuple[Any, Any, Any]:
+    """The train, validation and test datasets of a ``DatasetDict``; explicit val/test data must not clash, and a
+    split that would be ignored is refused rather than left out silently."""
+    if "train" not in data:
+        raise ValueError(f"the DatasetDict has no 'train' split; its splits are {list(data)}")
+    found = [name for name in VALIDATION_NAMES if name in data]
+    if len(found) > 1:
+        raise ValueError(f"the DatasetDict has several validation splits {found}; pass one: "
+                         f"UniversalDataModule(ds['train'], val_data=ds[{found[0]!r}], ...)")
+    unknown = sorted(set(data) - {"train", "test", *VALIDATION_NAMES})
+    if unknown:
+        raise ValueError(f"the DatasetDict's splits {unknown} would be ignored (its splits are {list(data)}; known: "
+                         f"train, test, {', '.join(VALIDATION_NAMES)}); pass them as val_data=/test_data= or drop them")
+    val = data[found[0]] if found else None
+    if val is not None and val_data is not None:
+        raise ValueError(f"val_data was given, but the DatasetDict has a validation split {found[0]!r} too; pass one")
+    return data["train"], val_data if val_data is not None else val, (
+        test_data if test_data is not None else data.get("test")
+    )
