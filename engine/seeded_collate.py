@@ -8,6 +8,7 @@ from typing import Any
 
 from collators import CollatorRegistry, Resolution
 from engine.rng import content_seed, generator_from
+from engine.sources.adapt import named_error
 from task_spec import TaskSpec
 
 
@@ -35,12 +36,19 @@ class SeededCollate:
         self.content_seed_from = content_seed_from
 
     def __call__(self, rows: list[Any]) -> Any:
-        if not self.takes_generator:
-            return self.collate_fn(rows)
-        seed = getattr(rows, "rng_seed", None)
-        if seed is None and self.content_seed_from is not None:  # stream rows carry no indices
-            seed = content_seed(self.content_seed_from, rows)
-        return self.collate_fn(rows, generator=generator_from(seed) if seed is not None else None)
+        try:
+            if not self.takes_generator:
+                return self.collate_fn(rows)
+            seed = getattr(rows, "rng_seed", None)
+            if seed is None and self.content_seed_from is not None:  # stream rows carry no indices
+                seed = content_seed(self.content_seed_from, rows)
+            return self.collate_fn(rows, generator=generator_from(seed) if seed is not None else None)
+        except Exception as error:
+            indices = getattr(rows, "indices", None)
+            if indices is None:
+                raise
+            raise named_error(error, f"collating the batch of rows {indices[:16]} of the {rows.role} data "
+                                     f"failed") from error
 
     def __repr__(self) -> str:
         return f"SeededCollate({self.collate_fn!r})"

@@ -141,6 +141,14 @@ class ColumnBatch(Sequence):
 
     rng_seed: int | None = None
 
+    @property
+    def role(self) -> str:
+        return self.source.role
+
+    @property
+    def indices(self) -> list[int]:
+        return self.positions
+
     def __init__(self, source: Any, positions: list[int]) -> None:
         self.source = source
         self.positions = positions
@@ -154,7 +162,7 @@ class ColumnBatch(Sequence):
         """The row dicts as a :class:`engine.sources.adapt.RowBatch`, fetched once."""
         if self._rows is None:
             self._rows = self.source.fetch_rows(self.positions)
-            self._rows.rng_seed = self.rng_seed
+            self._rows.rng_seed, self._rows.role, self._rows.indices = self.rng_seed, self.role, self.positions
         return self._rows
 
     def __len__(self) -> int:

@@ -24,21 +24,59 @@ except ImportError:  # pragma: no cover
 
 
 class RowBatch(list):
-    """The rows of one batch, plus the seed its random choices derive from (None outside the engine)."""
+    """The rows of one batch, plus the seed its random choices derive from (None outside the engine) and where
+    they came from (``role`` and ``indices``), so an error in collation can name them."""
 
     rng_seed: int | None = None
+    role: str = "data"
+    indices: list[int] | None = None
+
+
+class DataRowError(RuntimeError):
+    """Reading or collating a row failed with an exception that cannot be rebuilt from a message alone."""
+
+
+def named_error(error: Exception, message: str) -> Exception:
+    """An exception of ``error``'s own type (so ``except ValueError`` still works, also from a worker, where torch
+    re-raises by type and message) whose message names the rows; ``DataRowError`` when the type needs more."""
+    try:
+        named = type(error)(f"{message} ({type(error).__name__}: {error})")
+    except Exception:  # the type takes other arguments (UnicodeDecodeError, ...)
+        named = DataRowError(f"{message} ({type(error).__name__}: {error})")
+    return named
 
 
 class MapSource(Dataset):
     """Base adapter: subclasses implement ``_fetch(positions)``, ``__len__`` and ``view``."""
 
+    role = "data"
+    """The split this source serves (train, val, test, predict), named in errors."""
+
     def __getitem__(self, index: int) -> Any:
         return self._fetch([index])[0]
 
     def __getitems__(self, indices: Sequence[int]) -> RowBatch:
-        rows = RowBatch(self._fetch(list(indices)))
-        rows.rng_seed = getattr(indices, "rng_seed", None)
+        try:
+            rows = RowBatch(self._fetch(list(indices)))
+        except Exception as error:  # find the row (only now: no per-row cost on the way that works)
+            raise self.row_error(list(indices), error) from error
+        rows.rng_seed, rows.role, rows.indices = getattr(indices, "rng_seed", None), self.role, list(indices)
         return rows
+
+    def row_error(self, positions: list[int], error: Exception) -> Exception:
+        """An error naming the first of ``positions`` whose read fails (the batch when none fails alone)."""
+        for position in positions:
+            try:
+                self._fetch([position])
+            except Exception as single:  # the failing row, with its own exception
+                return named_error(single, f"reading row {self.dataset_index(position)} of the {self.role} data "
+                                           f"failed; fix or remove that row")
+        return named_error(error, f"reading rows {positions[:8]} of the {self.role} data failed")
+
+    def dataset_index(self, position: int) -> int:
+        """The index in the data the user gave of this source's ``position`` (a split is a view)."""
+        positions = getattr(self, "positions", None)
+        return int(positions[position]) if positions is not None else position
 
     def _fetch(self, positions: list[int]) -> list[Any]:
         raise NotImplementedError

@@ -65,4 +65,6 @@ def prepare_inputs(given: dict[str, MapSource], stream: Any, task_spec: Any, tok
         return sources, None, None
     plan = plan_splits(len(sources["train"]), val_split=val_split, test_split=test_split, seed=seed)
     sources.update(split_views(sources["train"], plan, val=bool(val_split), test=bool(test_split)))
+    for role, source in sources.items():
+        source.role = role  # named in errors
     return sources, data_fingerprint(given["train"]), plan
