@@ -75,9 +75,9 @@ def build_collator(
         parameters = inspect.signature(resolution.chosen.factory).parameters.values()
         named = any(p.name == "tokenizer" for p in parameters)
         open_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
-        if named or (open_kwargs and spec is not None and spec.modality in ("text", "multimodal")):
+        if named or (open_kwargs and spec is not None and spec.modality == "text"):
             kwargs.setdefault("tokenizer", tokenizer)
-        else:
+        elif spec is None or spec.modality != "multimodal":  # multimodal: the engine tokenizes its text at setup
             raise ValueError(
                 f"tokenizer= was given, but the collator {resolution.chosen.name!r} chosen for this task "
                 f"({resolution.reason}) takes no tokenizer; drop tokenizer= or choose a text collator"

@@ -17,6 +17,12 @@ def text_fields(spec: TaskSpec) -> tuple[str, str | None]:
     return config.get("text_field", default_source), target
 
 
+def token_field(spec: TaskSpec) -> str:
+    """The input field raw text is tokenized into: ``input_ids`` when the spec reads it (a multimodal spec's
+    ``("pixel_values", "input_ids")`` too), else the first input field."""
+    return "input_ids" if "input_ids" in spec.input_fields else spec.input_fields[0]
+
+
 def row_keys(source: MapSource) -> list[str] | None:
     """Column names of ``source``, or the keys of its first row; None when rows are not mappings."""
     if isinstance(source, HFSource):
@@ -32,7 +38,7 @@ def needs_tokenizer(keys: list[str] | None, spec: TaskSpec | None, source: MapSo
     if spec is None or spec.modality not in ("text", "multimodal") or keys is None:
         return False
     text_field, _ = text_fields(spec)
-    if spec.input_fields[0] in keys or text_field not in keys:
+    if token_field(spec) in keys or text_field not in keys:
         return False
     if isinstance(source, HFSource):
         return True
@@ -65,9 +71,9 @@ def check_inputs(
     if raw_text and tokenizer is None:
         raise ValueError(
             f"{role} holds raw text in {text_field!r} but no tokenizer was given; pass tokenizer=... "
-            f"(e.g. a transformers tokenizer) or give token ids under {spec.input_fields[0]!r}"
+            f"(e.g. a transformers tokenizer) or give token ids under {token_field(spec)!r}"
         )
-    missing = [f for f in spec.input_fields if f not in keys and not (raw_text and f == spec.input_fields[0])]
+    missing = [f for f in spec.input_fields if f not in keys and not (raw_text and f == token_field(spec))]
     if missing:
         hint = f" or raw text under {text_field!r} with tokenizer=" if spec.modality == "text" else ""
         raise ValueError(

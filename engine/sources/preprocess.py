@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.sources.adapt import HFSource, MapSource
-from engine.sources.inputs import needs_tokenizer, row_keys, text_fields
+from engine.sources.inputs import needs_tokenizer, row_keys, text_fields, token_field
 from task_spec import TaskSpec
 
 
@@ -58,8 +58,8 @@ def prepare_source(source: MapSource, spec: TaskSpec | None, tokenizer: Any) -> 
     if not isinstance(source, HFSource) or spec is None:
         return source
     if needs_tokenizer(row_keys(source), spec, source):
-        return HFSource(tokenize_dataset(source.dataset, spec, tokenizer))
-    if spec.modality in ("vision", "audio"):
+        source = HFSource(tokenize_dataset(source.dataset, spec, tokenizer))
+    if spec.modality in ("vision", "audio", "multimodal"):
         columns = [c for c in (*spec.input_fields, spec.target_field) if c in source.column_names]
         return HFSource(source.dataset.with_format("torch", columns=columns, output_all_columns=True))
     return source
@@ -71,7 +71,7 @@ def prepare_stream(stream: Any, spec: TaskSpec | None, tokenizer: Any) -> Any:
         return stream
     columns = stream.column_names or list(next(iter(stream)))
     text_field, _ = text_fields(spec)
-    if spec.modality in ("text", "multimodal") and spec.input_fields[0] not in columns and text_field in columns:
+    if spec.modality in ("text", "multimodal") and token_field(spec) not in columns and text_field in columns:
         return tokenize_dataset(stream, spec, tokenizer)
     if spec.modality in ("vision", "audio"):
         return stream.with_format("torch")

@@ -81,3 +81,22 @@ class TestPrepareInputs:
                                                     test_split=0, seed=0, rank=1, world_size=2)
         assert isinstance(sources["train"], EpochStream) and sources["train"].world_size == 2
         assert plan is None and isinstance(fingerprint, str)
+
+
+def test_a_multimodal_specs_text_column_is_tokenized_into_its_token_field():
+    import numpy as np
+
+    from engine import UniversalDataModule
+
+    spec = TaskSpec(name="captions", task_type="classification", modality="multimodal",
+                    input_fields=("pixel_values", "input_ids"), additional_config={"num_classes": 2})
+    rows = datasets.Dataset.from_dict({"pixel_values": np.random.default_rng(0).random((8, 3, 4, 4)).tolist(),
+                                       "text": ["a fox ran home"] * 8, "labels": [0, 1] * 4})
+    tokenizer = build_tokenizer()
+    batch = next(iter(UniversalDataModule(rows, task_spec=spec, tokenizer=tokenizer, batch_size=4,
+                                          shuffle=False).train_dataloader()))
+    expected = tokenizer("a fox ran home")["input_ids"]
+    assert batch["input_ids"].tolist() == [expected] * 4 and batch["pixel_values"].shape == (4, 3, 4, 4)
+    with pytest.raises(ValueError, match="holds raw text in 'text' but no tokenizer was given; .* token ids under "
+                                         "'input_ids'"):
+        UniversalDataModule(rows, task_spec=spec)
