@@ -17,7 +17,7 @@ from engine.multi.module import NamedDatasets, defer_to_named, is_named_datasets
 from engine.sampling.modes import resolve_batching
 from engine.seeded_collate import build_collator
 from engine.sources.adapt import MapSource
-from engine.sources.given import prepare_inputs, take_inputs
+from engine.sources.given import log_truncation, prepare_inputs, take_inputs
 from engine.sources.streams import check_resumable
 from engine.splits import SplitPlan
 from engine.state import TrainPosition, check_compatible, check_structure, module_identity
@@ -113,6 +113,7 @@ class UniversalDataModule(lightning.LightningDataModule):
         self.device_normalize = DeviceNormalize.from_collator(self.collator)  # also for collator_kwargs keep_uint8
         self.split_plan: SplitPlan | None = None
         self.datasets: dict[str, MapSource] = {}
+        self.truncation: dict[str, int] | None = None  # rows and tokens that max_length cuts, after setup
         self._factory = DataLoaderFactory()
         self._position = TrainPosition()
         self._fingerprint: str | None = None
@@ -128,6 +129,8 @@ class UniversalDataModule(lightning.LightningDataModule):
             self._given, self._stream, self.task_spec, self.tokenizer, val_split=self.val_split,
             test_split=self.test_split, seed=self.seed, rank=self.rank, world_size=self.world_size)
         self.datasets = sources
+        self.truncation = log_truncation(sources.get("train"), self.task_spec, getattr(self.collator, "max_length",
+                                                                                       None))
         for role, source in sources.items():  # spawned workers must be able to receive data and collator
             check_workers_can_start(source, self.train_config if role == "train" else self.eval_config)
         if self.validate and "train" in sources:  # a throwaway loader: the real one's state is untouched

@@ -4,12 +4,14 @@ tokenized, fingerprinted and split at setup (:func:`prepare_inputs`)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from engine.options import check_data_arguments
 from engine.sources.adapt import MapSource, TorchSource, as_source
-from engine.sources.inputs import check_inputs
+from engine.sources.inputs import check_inputs, token_field
 from engine.sources.kinds import is_hf_dataset_dict, unpack_dataset_dict
+from engine.sources.lengths import describe_truncation, truncation_of
 from engine.sources.preprocess import prepare_source, prepare_stream
 from engine.sources.streams import EpochStream, check_stream_options, is_hf_stream, peek_rows, stream_fingerprint
 from engine.splits import SplitPlan, plan_splits, split_views
@@ -68,3 +70,13 @@ def prepare_inputs(given: dict[str, MapSource], stream: Any, task_spec: Any, tok
     for role, source in sources.items():
         source.role = role  # named in errors
     return sources, data_fingerprint(given["train"]), plan
+
+
+def log_truncation(train: Any, task_spec: Any, max_length: int | None) -> dict[str, int] | None:
+    """Measure what truncation to ``max_length`` drops from the training rows and say it once in the log: long
+    rows are never cut without a word. None where it cannot be read from the columns."""
+    key = token_field(task_spec) if task_spec is not None else None
+    report = truncation_of(train, key, max_length) if train is not None else None
+    if report is not None and report["long_rows"]:
+        logging.getLogger("engine").warning(describe_truncation(report, max_length))  # type: ignore[arg-type]
+    return report

@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from engine.sources.lengths import describe_truncation
+
 
 def summary_rows(dm: Any) -> list[tuple[str, str]]:
     """(label, value) pairs describing ``dm``; batch shapes appear once ``setup()`` has run."""
@@ -27,6 +29,8 @@ def summary_rows(dm: Any) -> list[tuple[str, str]]:
     config = dm.train_config
     rows.append(("loader", f"batch_size={config.batch_size}, shuffle={config.shuffle}, "
                            f"num_workers={config.num_workers}, drop_last={config.drop_last}"))
+    if getattr(dm, "truncation", None) and dm.truncation["long_rows"]:
+        rows.append(("truncation", describe_truncation(dm.truncation, dm.collator.max_length)))
     shapes = batch_shapes(dm)
     if shapes:
         rows.append(("batch", ", ".join(f"{key}: {shape}" for key, shape in shapes.items())))

@@ -82,3 +82,22 @@ class TestPrediction:
         assert [sorted(batch) for batch in batches] == [["attention_mask", "input_ids"]] * 2
         assert [len(batch["input_ids"]) for batch in batches] == [4, 2]
         assert sorted(next(iter(dm.train_dataloader()))) == ["attention_mask", "input_ids", "labels"]
+
+
+class TestTruncationIsReported:
+    def test_rows_cut_to_max_seq_len_are_counted_logged_and_shown(self, caplog):
+        rows = [torch.randint(5, 100, (n,)) for n in range(100, 200)]  # max_seq_len is 128
+        dm = UniversalDataModule(rows, task_spec=TaskSpec.lm_tiny(), batch_size=8)
+        with caplog.at_level("WARNING", logger="engine"):
+            dm.setup()
+        lost = sum(max(0, n - 128) for n in range(100, 200))
+        assert dm.truncation == {"rows": 100, "long_rows": 71, "tokens": sum(range(100, 200)), "lost_tokens": lost}
+        message = f"71 of 100 train rows are longer than max_length=128; truncating them drops {lost} of"
+        assert [record.message for record in caplog.records if message in record.message]
+        assert f"truncation: {message}" in repr(dm)
+
+    def test_nothing_is_reported_when_nothing_is_cut(self, caplog):
+        with caplog.at_level("WARNING", logger="engine"):
+            dm = UniversalDataModule(ROWS, task_spec=TaskSpec.lm_tiny(), batch_size=4)
+            dm.setup()
+        assert dm.truncation["long_rows"] == 0 and "truncation" not in repr(dm) and not caplog.records
