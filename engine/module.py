@@ -195,7 +195,7 @@ class UniversalDataModule(lightning.LightningDataModule):
         """A module configured as the one in a Lightning checkpoint; pass the data (and tokenizer) again, e.g.
         ``UniversalDataModule.load_from_checkpoint(path, train_data=rows, tokenizer=tok)``."""
         checkpoint = torch.load(checkpoint_path, map_location=map_location or "cpu", weights_only=True)
-        return cls(**{**options.restore_configuration(checkpoint["datamodule_hyper_parameters"]), **data})
+        return cls(**options.restore_configuration(checkpoint["datamodule_hyper_parameters"], data))
 
     @defer_to_named
     def identity(self) -> dict[str, Any]:

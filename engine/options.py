@@ -91,17 +91,22 @@ def plain(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} cannot be stored in a checkpoint's configuration")
 
 
+NOT_PLAIN = "not_checkpointed"
+"""Key listing the given arguments that could not be stored as plain values; they must be passed again."""
+
+
 def checkpoint_configuration(arguments: Mapping[str, Any], leave_out: Sequence[str]) -> dict[str, Any]:
-    """The module's arguments as plain values for ``datamodule_hyper_parameters``, without data or tokenizer;
-    an argument that is not plain (a collator option holding an object) is left out, to be passed again."""
-    configuration = {}
+    """The module's arguments as plain values for ``datamodule_hyper_parameters``, without data or tokenizer.
+    An argument that is not plain (a collator option holding an object) is named under ``NOT_PLAIN`` instead, so
+    that rebuilding the module from the checkpoint asks for it rather than silently going without it."""
+    configuration: dict[str, Any] = {NOT_PLAIN: []}
     for name, value in arguments.items():
         if name in leave_out:
             continue
         try:
             configuration[name] = plain(value)
         except TypeError:
-            continue
+            configuration[NOT_PLAIN].append(name)
     return configuration
 
 
@@ -116,11 +121,16 @@ def record_configuration(module: Any, configuration: Mapping[str, Any]) -> None:
     module._hparams_initial = copy.deepcopy(module._hparams)
 
 
-def restore_configuration(configuration: Mapping[str, Any]) -> dict[str, Any]:
-    """The module's arguments back from :func:`checkpoint_configuration`: specs and multi_config rebuilt."""
+def restore_configuration(configuration: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+    """The module's arguments back from :func:`checkpoint_configuration`, specs and multi_config rebuilt, updated
+    with the ``given`` ones (the data, the tokenizer); an argument that was not checkpointed must be given."""
     from engine.multi.config import MultiDataLoaderConfig  # only when loading a checkpoint
 
     arguments = dict(configuration)
+    missing = [name for name in arguments.pop(NOT_PLAIN, []) if name not in given]
+    if missing:
+        raise ValueError(f"the checkpoint's module was built with {missing}, which a checkpoint cannot hold as plain "
+                         f"values; pass {', '.join(f'{name}=...' for name in missing)} to load_from_checkpoint")
     spec = arguments.get("task_spec")
     if isinstance(spec, Mapping) and "task_type" in spec:
         arguments["task_spec"] = TaskSpec(**spec)
@@ -128,4 +138,4 @@ def restore_configuration(configuration: Mapping[str, Any]) -> dict[str, Any]:
         arguments["task_spec"] = {name: TaskSpec(**fields) for name, fields in spec.items()}
     if isinstance(arguments.get("multi_config"), Mapping):
         arguments["multi_config"] = MultiDataLoaderConfig(**arguments["multi_config"])
-    return arguments
+    return {**arguments, **given}

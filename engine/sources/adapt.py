@@ -56,11 +56,12 @@ class MapSource(Dataset):
         return self._fetch([index])[0]
 
     def __getitems__(self, indices: Sequence[int]) -> RowBatch:
+        positions = list(indices)
         try:
-            rows = RowBatch(self._fetch(list(indices)))
+            rows = RowBatch(self._fetch(positions))
         except Exception as error:  # find the row (only now: no per-row cost on the way that works)
-            raise self.row_error(list(indices), error) from error
-        rows.rng_seed, rows.role, rows.indices = getattr(indices, "rng_seed", None), self.role, list(indices)
+            raise self.row_error(positions, error) from error
+        rows.rng_seed, rows.role, rows.indices = getattr(indices, "rng_seed", None), self.role, positions
         return rows
 
     def row_error(self, positions: list[int], error: Exception) -> Exception:

@@ -184,6 +184,7 @@ class TestConfigurationInCheckpoints:
         saved = torch.load(tmp_path / "two.ckpt", weights_only=True)["datamodule_hyper_parameters"]  # plain values
         assert len(pickle.dumps(saved)) < 64 * 1024
         assert not {"train_data", "val_data", "tokenizer", "collate_fn"} & set(saved)
+        assert saved["not_checkpointed"] == []  # every other argument was stored
         rebuilt = UniversalDataModule.load_from_checkpoint(tmp_path / "two.ckpt", train_data=rows())
         assert (rebuilt.batching, rebuilt.uneven, rebuilt.seed, rebuilt.task_spec) == ("grouped", "drop", 11, SPEC)
         resumed = Recorder()
@@ -191,3 +192,16 @@ class TestConfigurationInCheckpoints:
         full = Recorder()
         trainer(max_steps=4).fit(full, datamodule=module(batching="grouped", uneven="drop"))
         assert resumed.seen == full.seen[2:4]
+
+    def test_an_argument_a_checkpoint_cannot_hold_must_be_given_again(self):
+        from engine.options import NOT_PLAIN, checkpoint_configuration, restore_configuration
+
+        marker = object()
+        saved = checkpoint_configuration({"batch_size": 4, "collator_kwargs": {"vocab": marker}, "self": None},
+                                         ("self",))
+        assert saved == {NOT_PLAIN: ["collator_kwargs"], "batch_size": 4}
+        with pytest.raises(ValueError, match=r"built with \['collator_kwargs'\], .* pass collator_kwargs=\.\.\. to "
+                                             r"load_from_checkpoint"):
+            restore_configuration(saved, {"train_data": rows()})
+        restored = restore_configuration(saved, {"train_data": [], "collator_kwargs": {"vocab": marker}})
+        assert restored["collator_kwargs"]["vocab"] is marker and restored["batch_size"] == 4
