@@ -1,5 +1,6 @@
 """The kinds of data a module takes beyond datasets and tensor lists, and how each is read: tuple rows mapped onto
-the spec's fields, a dict of columns, a ``DatasetDict``'s splits by their common names."""
+the spec's fields, a dict of columns, a ``DatasetDict``'s splits by their common names (paths to files are read
+in ``files.py``)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ def is_hf_dataset_dict(data: Any) -> bool:
 
 ACCEPTED = ("a datasets.Dataset or DatasetDict, a datasets.IterableDataset (a stream), a map-style torch Dataset "
             "(rows as dicts or (input, target) tuples), a list of tensors, a pandas DataFrame, a dict of equal-length "
-            "column tensors keyed by the spec's fields, or {name: one of these} for several datasets")
+            "column tensors keyed by the spec's fields, a path (str or pathlib.Path, or a list of them) to .csv, "
+            ".json, .jsonl or .parquet files or to a folder of images or audio files, or {name: one of these} for "
+            "several datasets")
 
 
 class TupleRows(Dataset):
