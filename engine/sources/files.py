@@ -69,7 +69,15 @@ def load_paths(data: str | os.PathLike | Sequence[str | os.PathLike], what: str 
 def _load_folder(folder: Path, what: str) -> Any:
     import datasets
 
-    splits = datasets.load_dataset(str(folder))
+    try:
+        splits = datasets.load_dataset(str(folder))
+    except datasets.exceptions.DatasetGenerationError as error:
+        if "torchcodec" not in str(error.__cause__):
+            raise
+        raise ImportError(f"{what} is the folder '{folder}', which datasets reads with audiofolder, and in this "
+                          f"datasets version that needs torchcodec with FFmpeg ({error.__cause__}); install them, or "
+                          f"give datasets.Dataset.from_dict({{'audio': paths, 'label': labels}}).cast_column('audio', "
+                          f"datasets.Audio()), whose audio this module decodes with soundfile") from error
     if list(splits) != ["train"]:
         raise ValueError(f"{what} is the folder '{folder}', which holds the splits {list(splits)}; pass each split's "
                          f"folder on its own, e.g. train_data='{folder / 'train'}', val_data=...")

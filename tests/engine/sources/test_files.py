@@ -162,3 +162,20 @@ class TestRefusals:
         with pytest.raises(TypeError, match=r"train_data should be .* a path \(str or pathlib.Path, or a list of "
                                             r"them\) to .csv, .json, .jsonl or .parquet files .* but got str: 'hello'"):
             UniversalDataModule("hello", task_spec=SPEC)
+
+
+def test_an_audio_folder_that_datasets_cannot_encode_names_the_fix(tmp_path, monkeypatch):
+    """datasets' audiofolder needs torchcodec (and FFmpeg) to build; when it is missing, the error says so and how
+    to go around it, whatever this machine has installed (the failure is simulated as datasets raises it)."""
+    def load_dataset(path, **kwargs):
+        try:
+            raise ImportError("To support encoding audio data, please install 'torchcodec'.")
+        except ImportError as cause:
+            raise datasets.exceptions.DatasetGenerationError("An error occurred while generating the dataset") \
+                from cause
+
+    (tmp_path / "sounds").mkdir()
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    with pytest.raises(ImportError, match=r"the folder '.*sounds', which datasets reads with audiofolder, .* needs "
+                                          r"torchcodec with FFmpeg .*\.cast_column\('audio', datasets.Audio\(\)\)"):
+        UniversalDataModule(tmp_path / "sounds", task_spec=TaskSpec.audio_tiny())
