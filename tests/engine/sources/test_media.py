@@ -88,7 +88,7 @@ def read_with_wave(path: str) -> torch.Tensor:
 def audio_column(tmp_path: Path, lengths=(800, 1000, 700, 900, 600, 1100)) -> tuple[datasets.Dataset, list[str]]:
     rng = np.random.default_rng(1)
     paths = [write_wav(tmp_path / f"{i}.wav", rng.uniform(-0.5, 0.5, n)) for i, n in enumerate(lengths)]
-    column = datasets.Dataset.from_dict({"input_values": paths, "labels": [0, 1, 2, 3, 0, 1]})
+    column = datasets.Dataset.from_dict({"input_values": paths, "labels": [i % 4 for i in range(len(paths))]})
     return column.cast_column("input_values", datasets.Audio()), paths  # as audiofolder stores it
 
 
@@ -136,3 +136,15 @@ class TestAudioColumns:
         assert torch.allclose(decode_audio(value, num_channels=1)["array"], reference.mean(dim=0))
         with pytest.raises(ValueError, match=r"asks for num_channels=3, but '.*stereo.wav' has 2; only a mix down"):
             decode_audio(value, num_channels=3)
+
+
+def test_shuffled_splits_are_the_same_rows_at_0_and_2_workers_each_row_once(tmp_path):
+    column, _ = audio_column(tmp_path, lengths=tuple(500 + 10 * i for i in range(10)))
+    seen = []
+    for num_workers in (0, 2):
+        dm = UniversalDataModule(column, task_spec=TaskSpec.audio_tiny(), batch_size=3, val_split=2, seed=3,
+                                 num_workers=num_workers)
+        seen.append([batch["lengths"].tolist() for loader in (dm.train_dataloader(), dm.val_dataloader())
+                     for batch in loader])
+    assert seen[0] == seen[1] and sorted(sum(seen[0], [])) == [500 + 10 * i for i in range(10)]
+    assert sum(seen[0], [])[:8] != sorted(sum(seen[0], [])[:8])  # the training rows were shuffled
