@@ -244,5 +244,5 @@ def as_source(data: Any, *, key: str | None = None, spec: Any = None, what: str 
         )
     if isinstance(data, Dataset) or (hasattr(data, "__getitem__") and hasattr(data, "__len__")):
         fields = tuple_fields(data[0], spec) if spec is not None and len(data) else None  # reads a row
-        return TorchSource(TupleRows(data, fields) if fields else data)
+        return TorchSource(TupleRows(data, fields, spec.target_field) if fields else data)
     raise TypeError(f"{what} should be {ACCEPTED}, but got {type(data).__name__}")

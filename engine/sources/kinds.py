@@ -27,10 +27,13 @@ ACCEPTED = ("a datasets.Dataset or DatasetDict, a datasets.IterableDataset (a st
 
 class TupleRows(Dataset):
     """Rows given as tuples (torchvision datasets, ``TensorDataset``) seen as dicts keyed by the spec's fields:
-    ``(input, target)`` -> ``{input_fields[0]: input, target_field: target}``; PIL images become CHW uint8."""
+    ``(input, target)`` -> ``{input_fields[0]: input, target_field: target}``; PIL images become CHW uint8.
 
-    def __init__(self, dataset: Any, fields: tuple[str, ...]) -> None:
-        self.dataset, self.fields = dataset, fields
+    An input image is read as the vision collator reads PIL images (palette and alpha images become RGB); a target
+    image keeps its values (a palette mask's class indices), as ``pil_to_tensor`` gives them."""
+
+    def __init__(self, dataset: Any, fields: tuple[str, ...], target: str | None = None) -> None:
+        self.dataset, self.fields, self.target = dataset, fields, target
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -40,15 +43,20 @@ class TupleRows(Dataset):
         if len(row) != len(self.fields):
             raise ValueError(f"row {index} is a tuple of {len(row)} values, but the spec's fields are {self.fields}; "
                              f"give rows as dicts, or set TaskSpec.input_fields/target_field to match")
-        return {name: _as_tensor_image(value) for name, value in zip(self.fields, row)}
+        return {name: _as_tensor_image(value, index, name, is_target=name == self.target)
+                for name, value in zip(self.fields, row)}
 
 
-def _as_tensor_image(value: Any) -> Any:
-    if type(value).__module__.startswith("PIL."):
+def _as_tensor_image(value: Any, index: int, name: str, *, is_target: bool) -> Any:
+    if not type(value).__module__.startswith("PIL."):
+        return value
+    if is_target:
         from torchvision.transforms.v2.functional import pil_to_tensor
 
         return pil_to_tensor(value)
-    return value
+    from collators._vision_images import to_chw
+
+    return to_chw(value, index, name)
 
 
 def tuple_fields(first: Any, spec: Any) -> tuple[str, ...] | None:

@@ -62,3 +62,29 @@ def test_fake_data_needs_no_download(num_workers):
     _, loaded = batches(images, num_workers)
     assert [batch["pixel_values"].shape for batch in loaded] == [(3, 3, 8, 8)] * 2
     assert torch.cat([batch["labels"] for batch in loaded]).tolist() == [int(images[i][1]) for i in range(6)]
+
+
+class PaletteImages(torch.utils.data.Dataset):
+    """(palette image, palette mask) rows, as a segmentation dataset gives them: the image's indices stand for
+    colours, the mask's for classes."""
+
+    def __init__(self):
+        rgb = np.zeros((4, 4, 3), dtype=np.uint8)
+        rgb[:2] = (204, 0, 51)  # a web-palette colour, kept exactly by convert("P")
+        self.image = Image.fromarray(rgb).convert("P")
+        self.mask = Image.fromarray(np.eye(4, dtype=np.uint8)).convert("P")
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, index):
+        return self.image, self.mask
+
+
+def test_a_palette_input_is_read_as_colours_and_a_palette_target_keeps_its_indices():
+    dm = UniversalDataModule(PaletteImages(), task_spec=SPEC, batch_size=2)
+    dm.setup()
+    row = dm.datasets["train"][0]
+    assert torch.equal(row["pixel_values"], torch.from_numpy(np.array(PaletteImages().image.convert("RGB")))
+                       .permute(2, 0, 1)) and row["pixel_values"][:, 0, 0].tolist() == [204, 0, 51]
+    assert torch.equal(row["labels"], torch.eye(4, dtype=torch.uint8)[None])
