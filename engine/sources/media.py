@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from torchvision.transforms.v2.functional import pil_to_tensor
 
 from collators._vision_images import to_chw
 
@@ -28,9 +29,10 @@ def media_columns(dataset: Any, fields: list[str]) -> dict[str, Any]:
             and isinstance(features[name], (datasets.Image, datasets.Audio)) and features[name].decode}
 
 
-def with_media_decoded(dataset: Any, fields: list[str]) -> Any:
+def with_media_decoded(dataset: Any, fields: list[str], target: str | None = None) -> Any:
     """``dataset`` whose ``fields`` come back as tensors: image and audio columns decoded as the module docstring
-    says, numbers and lists of numbers as tensors (as ``with_format('torch')``); other columns unchanged."""
+    says, numbers and lists of numbers as tensors (as ``with_format('torch')``); other columns unchanged. An image
+    column named ``target`` (a segmentation mask) keeps its values: a palette mask's class indices."""
     import datasets
 
     media = media_columns(dataset, fields)
@@ -39,19 +41,22 @@ def with_media_decoded(dataset: Any, fields: list[str]) -> Any:
         dataset = dataset.cast_column(name, datasets.Audio(decode=False, sampling_rate=feature.sampling_rate,
                                                            num_channels=feature.num_channels))
     return dataset.with_transform(DecodeMedia(fields, images=[n for n in media if n not in audio], audio={
-        name: (feature.sampling_rate, feature.num_channels) for name, feature in audio.items()}))
+        name: (feature.sampling_rate, feature.num_channels) for name, feature in audio.items()}, target=target))
 
 
 class DecodeMedia:
     """A picklable ``with_transform`` function (it travels to worker processes) for :func:`with_media_decoded`."""
 
-    def __init__(self, fields: list[str], images: list[str], audio: dict[str, tuple[int | None, int | None]]) -> None:
-        self.fields, self.images, self.audio = fields, images, audio
+    def __init__(self, fields: list[str], images: list[str], audio: dict[str, tuple[int | None, int | None]],
+                 target: str | None = None) -> None:
+        self.fields, self.images, self.audio, self.target = fields, images, audio, target
 
     def __call__(self, batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
         out = dict(batch)
         for name in self.fields:
-            if name in self.images:
+            if name in self.images and name == self.target:
+                out[name] = [pil_to_tensor(image) for image in batch[name]]
+            elif name in self.images:
                 out[name] = [to_chw(image, index, name) for index, image in enumerate(batch[name])]
             elif name in self.audio:
                 out[name] = [decode_audio(value, *self.audio[name]) for value in batch[name]]

@@ -71,7 +71,7 @@ def tensor_columns(dataset: Any, spec: TaskSpec) -> Any:
     :func:`~engine.sources.media.with_media_decoded`, other columns by ``with_format('torch')``."""
     columns = [c for c in (*spec.input_fields, spec.target_field) if c in dataset.column_names]
     if media_columns(dataset, columns):
-        return with_media_decoded(dataset, columns)
+        return with_media_decoded(dataset, columns, spec.target_field)
     return dataset.with_format("torch", columns=columns, output_all_columns=True)
 
 

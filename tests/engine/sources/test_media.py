@@ -148,3 +148,19 @@ def test_shuffled_splits_are_the_same_rows_at_0_and_2_workers_each_row_once(tmp_
                      for batch in loader])
     assert seen[0] == seen[1] and sorted(sum(seen[0], [])) == [500 + 10 * i for i in range(10)]
     assert sum(seen[0], [])[:8] != sorted(sum(seen[0], [])[:8])  # the training rows were shuffled
+
+
+def test_an_image_target_keeps_its_values_while_the_input_is_read_as_colours(tmp_path):
+    """A segmentation pair: the palette image's indices stand for colours, the palette mask's for classes."""
+    rgb = np.zeros((4, 4, 3), dtype=np.uint8)
+    rgb[:2] = (204, 0, 51)
+    Image.fromarray(rgb).convert("P").save(tmp_path / "image.png")
+    Image.fromarray(np.eye(4, dtype=np.uint8)).convert("P").save(tmp_path / "mask.png")
+    pairs = datasets.Dataset.from_dict({"pixel_values": [str(tmp_path / "image.png")],
+                                        "labels": [str(tmp_path / "mask.png")]})
+    pairs = pairs.cast_column("pixel_values", datasets.Image()).cast_column("labels", datasets.Image())
+    dm = UniversalDataModule(pairs, task_spec=VISION, batch_size=1)
+    dm.setup()
+    row = dm.datasets["train"][0]
+    assert row["pixel_values"][:, 0, 0].tolist() == [204, 0, 51]
+    assert torch.equal(row["labels"], torch.eye(4, dtype=torch.uint8)[None])
