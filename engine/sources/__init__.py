@@ -1,6 +1,7 @@
 """Stage 1 of a batch's path: the user's data adapted to one map-style interface with batched fetch.
 
-``adapt`` wraps HF datasets, torch datasets and lists of tensors; ``inputs`` checks them against the TaskSpec;
-``preprocess`` tokenizes raw text once; ``lengths`` reads row lengths from the columns; ``streams`` handles
+``adapt`` wraps HF datasets, torch datasets and lists of tensors; ``files`` reads paths to files and folders with
+``datasets``; ``inputs`` checks them against the TaskSpec; ``preprocess`` tokenizes raw text once; ``media``
+decodes image and audio columns to tensors; ``lengths`` reads row lengths from the columns; ``streams`` handles
 ``datasets.IterableDataset`` inputs.
 """

@@ -15,6 +15,7 @@ import torch
 from torch.utils.data import Dataset
 
 from engine.sources._arrow_fetch import ArrowBatchFetcher, ColumnBatch
+from engine.sources.files import is_path_data, load_paths
 from engine.sources.kinds import ACCEPTED, TupleRows, columns_dataset, is_column_dict, tuple_fields
 
 try:  # datasets is a dependency, but sources of other kinds must not need it at import time
@@ -213,8 +214,8 @@ def is_hf_dataset(data: Any) -> bool:
 
 
 def as_source(data: Any, *, key: str | None = None, spec: Any = None, what: str = "train_data") -> MapSource:
-    """Adapt ``data`` (HF Dataset, map-style torch Dataset, list of tensors, DataFrame, tuple rows, or a dict of
-    columns) to a :class:`MapSource`; anything else is refused with the kinds accepted."""
+    """Adapt ``data`` (HF Dataset, map-style torch Dataset, list of tensors, DataFrame, tuple rows, a dict of
+    columns, or paths to files) to a :class:`MapSource`; anything else is refused with the kinds accepted."""
     if isinstance(data, MapSource):
         return data
     if is_hf_dataset(data):
@@ -223,6 +224,8 @@ def as_source(data: Any, *, key: str | None = None, spec: Any = None, what: str 
         return HFSource(hf_datasets.Dataset.from_pandas(data, preserve_index=False))  # Arrow, no row copies
     if is_column_dict(data, spec):
         return TorchSource(columns_dataset(data))
+    if is_path_data(data):
+        return HFSource(load_paths(data, what))  # .csv, .json(l), .parquet or a folder, read by datasets into Arrow
     if isinstance(data, (str, bytes, int, float, dict)) or data is None:
         raise TypeError(f"{what} should be {ACCEPTED}, but got {type(data).__name__}: {data!r:.60}")
     if isinstance(data, (list, tuple)):
@@ -241,5 +244,5 @@ def as_source(data: Any, *, key: str | None = None, spec: Any = None, what: str 
         )
     if isinstance(data, Dataset) or (hasattr(data, "__getitem__") and hasattr(data, "__len__")):
         fields = tuple_fields(data[0], spec) if spec is not None and len(data) else None  # reads a row
-        return TorchSource(TupleRows(data, fields) if fields else data)
+        return TorchSource(TupleRows(data, fields, spec.target_field) if fields else data)
     raise TypeError(f"{what} should be {ACCEPTED}, but got {type(data).__name__}")

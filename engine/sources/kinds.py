@@ -1,5 +1,6 @@
 """The kinds of data a module takes beyond datasets and tensor lists, and how each is read: tuple rows mapped onto
-the spec's fields, a dict of columns, a ``DatasetDict``'s splits by their common names."""
+the spec's fields, a dict of columns, a ``DatasetDict``'s splits by their common names (paths to files are read
+in ``files.py``)."""
 
 from __future__ import annotations
 
@@ -19,15 +20,20 @@ def is_hf_dataset_dict(data: Any) -> bool:
 
 ACCEPTED = ("a datasets.Dataset or DatasetDict, a datasets.IterableDataset (a stream), a map-style torch Dataset "
             "(rows as dicts or (input, target) tuples), a list of tensors, a pandas DataFrame, a dict of equal-length "
-            "column tensors keyed by the spec's fields, or {name: one of these} for several datasets")
+            "column tensors keyed by the spec's fields, a path (str or pathlib.Path, or a list of them) to .csv, "
+            ".json, .jsonl or .parquet files or to a folder of images or audio files, or {name: one of these} for "
+            "several datasets")
 
 
 class TupleRows(Dataset):
     """Rows given as tuples (torchvision datasets, ``TensorDataset``) seen as dicts keyed by the spec's fields:
-    ``(input, target)`` -> ``{input_fields[0]: input, target_field: target}``; PIL images become CHW uint8."""
+    ``(input, target)`` -> ``{input_fields[0]: input, target_field: target}``; PIL images become CHW uint8.
 
-    def __init__(self, dataset: Any, fields: tuple[str, ...]) -> None:
-        self.dataset, self.fields = dataset, fields
+    An input image is read as the vision collator reads PIL images (palette and alpha images become RGB); a target
+    image keeps its values (a palette mask's class indices), as ``pil_to_tensor`` gives them."""
+
+    def __init__(self, dataset: Any, fields: tuple[str, ...], target: str | None = None) -> None:
+        self.dataset, self.fields, self.target = dataset, fields, target
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -37,15 +43,20 @@ class TupleRows(Dataset):
         if len(row) != len(self.fields):
             raise ValueError(f"row {index} is a tuple of {len(row)} values, but the spec's fields are {self.fields}; "
                              f"give rows as dicts, or set TaskSpec.input_fields/target_field to match")
-        return {name: _as_tensor_image(value) for name, value in zip(self.fields, row)}
+        return {name: _as_tensor_image(value, index, name, is_target=name == self.target)
+                for name, value in zip(self.fields, row)}
 
 
-def _as_tensor_image(value: Any) -> Any:
-    if type(value).__module__.startswith("PIL."):
+def _as_tensor_image(value: Any, index: int, name: str, *, is_target: bool) -> Any:
+    if not type(value).__module__.startswith("PIL."):
+        return value
+    if is_target:
         from torchvision.transforms.v2.functional import pil_to_tensor
 
         return pil_to_tensor(value)
-    return value
+    from collators._vision_images import to_chw
+
+    return to_chw(value, index, name)
 
 
 def tuple_fields(first: Any, spec: Any) -> tuple[str, ...] | None:

@@ -6,6 +6,7 @@ from typing import Any
 
 from engine.sources.adapt import HFSource, MapSource
 from engine.sources.inputs import needs_tokenizer, row_keys, text_fields, token_field
+from engine.sources.media import media_columns, with_media_decoded
 from task_spec import TaskSpec
 
 
@@ -53,16 +54,25 @@ def tokenize_dataset(dataset: Any, spec: TaskSpec, tokenizer: Any) -> Any:
 
 
 def prepare_source(source: MapSource, spec: TaskSpec | None, tokenizer: Any) -> MapSource:
-    """Raw text becomes token ids; image and audio columns of HF data come back as tensors (Arrow ``Image``
-    columns as CHW uint8), so the collators see one layout whatever the storage. Other sources pass as is."""
+    """Raw text becomes token ids; image and audio columns of HF data come back as tensors (``Image`` columns as
+    CHW uint8, ``Audio`` columns as float32 waveforms), so the collators see one layout whatever the storage.
+    Other sources pass as is."""
     if not isinstance(source, HFSource) or spec is None:
         return source
     if needs_tokenizer(row_keys(source), spec, source):
         source = HFSource(tokenize_dataset(source.dataset, spec, tokenizer))
     if spec.modality in ("vision", "audio", "multimodal"):
-        columns = [c for c in (*spec.input_fields, spec.target_field) if c in source.column_names]
-        return HFSource(source.dataset.with_format("torch", columns=columns, output_all_columns=True))
+        return HFSource(tensor_columns(source.dataset, spec))
     return source
+
+
+def tensor_columns(dataset: Any, spec: TaskSpec) -> Any:
+    """``dataset`` whose spec fields come back as tensors: ``Image`` and ``Audio`` columns decoded by
+    :func:`~engine.sources.media.with_media_decoded`, other columns by ``with_format('torch')``."""
+    columns = [c for c in (*spec.input_fields, spec.target_field) if c in dataset.column_names]
+    if media_columns(dataset, columns):
+        return with_media_decoded(dataset, columns, spec.target_field)
+    return dataset.with_format("torch", columns=columns, output_all_columns=True)
 
 
 def prepare_stream(stream: Any, spec: TaskSpec | None, tokenizer: Any) -> Any:

@@ -1,0 +1,84 @@
+"""Data given as paths: .csv, .json/.jsonl and .parquet files, or a folder of images or audio files, read by
+``datasets`` into Arrow (its own readers fill Arrow tables chunk by chunk; no Python row is built here)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+FILE_BUILDERS = {".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+"""The suffixes a path may end in, and the ``datasets`` builder that reads each."""
+
+ACCEPTED_PATHS = (f"a path ending in {', '.join(FILE_BUILDERS)} or a folder of images or audio files "
+                  f"(read by datasets' imagefolder/audiofolder)")
+
+
+def _is_path(value: Any) -> bool:
+    """A ``pathlib.Path`` (any os.PathLike), or a string that ends in an accepted suffix or names something that
+    exists: any other string is left to the other kinds (and refused there, with the kinds accepted)."""
+    if isinstance(value, os.PathLike):
+        return True
+    return isinstance(value, str) and (Path(value).suffix.lower() in FILE_BUILDERS or os.path.exists(value))
+
+
+def is_path_data(data: Any) -> bool:
+    """Whether ``data`` is a path, or a non-empty list or tuple of paths, to read with :func:`load_paths`."""
+    if isinstance(data, (list, tuple)):
+        return bool(data) and all(_is_path(item) for item in data)
+    return _is_path(data)
+
+
+def load_paths(data: str | os.PathLike | Sequence[str | os.PathLike], what: str = "train_data") -> Any:
+    """The ``datasets.Dataset`` that ``data`` (one path or a list of them) names.
+
+    Files are read with ``datasets.load_dataset(builder, data_files=[...], split="train")``: csv for .csv, json
+    for .json and .jsonl (JSON lines, or one JSON list of records), parquet for .parquet. A folder is read with
+    ``datasets.load_dataset(folder)``, which picks the builder from the files it holds (imagefolder for images,
+    audiofolder for audio); labels come from the names of its subfolders.
+
+    Raises:
+        FileNotFoundError: A path that does not exist.
+        ValueError: A file with another suffix, files of different kinds in one list, a folder beside files, or a
+            folder that holds several splits (train/, test/, ...: pass each split's folder as its own argument).
+    """
+    import datasets
+
+    paths = [Path(item) for item in (data if isinstance(data, (list, tuple)) else [data])]
+    for path in paths:
+        if not path.exists():
+            raise FileNotFoundError(f"{what} names the path '{path}', which does not exist; give {ACCEPTED_PATHS}")
+    folders = [path for path in paths if path.is_dir()]
+    if folders:
+        if len(paths) > 1:
+            raise ValueError(f"{what} should be one folder or a list of files, but got {len(paths)} paths with the "
+                             f"folder '{folders[0]}' among them; pass one folder")
+        return _load_folder(folders[0], what)
+    for path in paths:
+        if path.suffix.lower() not in FILE_BUILDERS:
+            raise ValueError(f"{what} names the file '{path}', whose suffix {path.suffix!r} is not accepted: give "
+                             f"{ACCEPTED_PATHS}, or read it yourself into a datasets.Dataset")
+    builders = sorted({FILE_BUILDERS[path.suffix.lower()] for path in paths})
+    if len(builders) > 1:
+        raise ValueError(f"{what} mixes files of kinds {builders} ({', '.join(str(path) for path in paths)}); give "
+                         f"files of one kind, or read them into one datasets.Dataset yourself")
+    return datasets.load_dataset(builders[0], data_files=[str(path) for path in paths], split="train")
+
+
+def _load_folder(folder: Path, what: str) -> Any:
+    import datasets
+
+    try:
+        splits = datasets.load_dataset(str(folder))
+    except datasets.exceptions.DatasetGenerationError as error:
+        if "torchcodec" not in str(error.__cause__):
+            raise
+        raise ImportError(f"{what} is the folder '{folder}', which datasets reads with audiofolder, and in this "
+                          f"datasets version that needs torchcodec with FFmpeg ({error.__cause__}); install them, or "
+                          f"give datasets.Dataset.from_dict({{'audio': paths, 'label': labels}}).cast_column('audio', "
+                          f"datasets.Audio()), whose audio this module decodes with soundfile") from error
+    if list(splits) != ["train"]:
+        raise ValueError(f"{what} is the folder '{folder}', which holds the splits {list(splits)}; pass each split's "
+                         f"folder on its own, e.g. train_data='{folder / 'train'}', val_data=...")
+    return splits["train"]

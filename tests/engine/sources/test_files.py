@@ -1,0 +1,181 @@
+"""engine/sources/files.py: paths to .csv, .json/.jsonl and .parquet files, or a folder, read by datasets into Arrow;
+and pandas DataFrames of raw text or token columns. The files are written by the tests."""
+
+import json
+from pathlib import Path
+
+import datasets
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from PIL import Image
+
+from demo.sample_data import build_tokenizer
+from engine import UniversalDataModule
+from engine.sources.adapt import HFSource
+from task_spec import TaskSpec
+
+SPEC = TaskSpec.cls_tiny()
+TEXTS = ["the fox ran to the river.", "a baker opened the shop early.", "rain fell on the quiet hill.",
+         "the shop was closed."] * 3
+LABELS = [0, 1, 1, 0] * 3
+TOKENS = [[5, 6, 7], [8, 9], [10, 11, 12, 13], [14]] * 3
+
+
+def first_batch(data, spec=SPEC, **options):
+    dm = UniversalDataModule(data, task_spec=spec, batch_size=4, shuffle=False, **options)
+    return dm, next(iter(dm.train_dataloader()))
+
+
+def padded(rows):
+    width = max(len(row) for row in rows)
+    return [row + [0] * (width - len(row)) for row in rows]
+
+
+def write_csv(path: Path, texts, labels) -> Path:
+    pd.DataFrame({"text": texts, "labels": labels}).to_csv(path, index=False)
+    return path
+
+
+class TestTextFiles:
+    """Raw text + label columns, tokenized once with the local tokenizer: the batch holds each row's own ids."""
+
+    def check_text_batch(self, dm, batch, texts=TEXTS, labels=LABELS):
+        tokenizer = build_tokenizer()
+        assert batch["input_ids"].tolist() == padded([tokenizer(text)["input_ids"] for text in texts[:4]])
+        assert batch["labels"].tolist() == labels[:4]
+        source = dm.datasets["train"]
+        assert isinstance(source, HFSource) and source.dataset.cache_files  # memory-mapped Arrow, not Python rows
+
+    def test_a_csv_file(self, tmp_path):
+        path = write_csv(tmp_path / "train.csv", TEXTS, LABELS)
+        dm, batch = first_batch(str(path), tokenizer=build_tokenizer())
+        self.check_text_batch(dm, batch)
+
+    def test_a_json_lines_file_given_as_a_pathlib_path(self, tmp_path):
+        path = tmp_path / "train.jsonl"
+        path.write_text("".join(json.dumps({"text": t, "labels": y}) + "\n" for t, y in zip(TEXTS, LABELS)))
+        self.check_text_batch(*first_batch(path, tokenizer=build_tokenizer()))
+
+    def test_a_list_of_files_is_one_dataset_in_their_order(self, tmp_path):
+        first = write_csv(tmp_path / "a.csv", TEXTS[:2], LABELS[:2])
+        second = write_csv(tmp_path / "b.csv", TEXTS[2:], LABELS[2:])
+        dm, batch = first_batch([first, str(second)], tokenizer=build_tokenizer())
+        self.check_text_batch(dm, batch)
+        assert len(dm.datasets["train"]) == len(TEXTS)
+
+    def test_val_data_may_be_a_path_too(self, tmp_path):
+        train = write_csv(tmp_path / "train.csv", TEXTS, LABELS)
+        val = write_csv(tmp_path / "val.csv", TEXTS[:3], LABELS[:3])
+        dm = UniversalDataModule(train, val_data=val, task_spec=SPEC, tokenizer=build_tokenizer(), batch_size=4)
+        dm.setup()
+        assert dm.split_sizes["train"] == len(TEXTS) and dm.split_sizes["val"] == 3
+
+
+class TestTokenFiles:
+    """Token-id columns stored as lists of ints come back unchanged, padded by the collator."""
+
+    def test_a_parquet_file(self, tmp_path):
+        path = tmp_path / "train.parquet"
+        datasets.Dataset.from_dict({"input_ids": TOKENS, "labels": LABELS}).to_parquet(path)
+        dm, batch = first_batch(path)
+        assert batch["input_ids"].tolist() == padded(TOKENS[:4]) and batch["labels"].tolist() == LABELS[:4]
+        assert isinstance(dm.datasets["train"].dataset.features["input_ids"], datasets.List)  # an Arrow list column
+
+    def test_a_json_lines_file(self, tmp_path):
+        path = tmp_path / "train.json"
+        path.write_text("".join(json.dumps({"input_ids": ids, "labels": y}) + "\n" for ids, y in zip(TOKENS, LABELS)))
+        _, batch = first_batch(path)
+        assert batch["input_ids"].tolist() == padded(TOKENS[:4]) and batch["labels"].tolist() == LABELS[:4]
+
+
+class TestDataFrames:
+    def test_raw_text_and_labels_are_tokenized(self):
+        frame = pd.DataFrame({"text": TEXTS, "labels": LABELS})
+        _, batch = first_batch(frame, tokenizer=build_tokenizer())
+        tokenizer = build_tokenizer()
+        assert batch["input_ids"].tolist() == padded([tokenizer(text)["input_ids"] for text in TEXTS[:4]])
+        assert batch["labels"].tolist() == LABELS[:4] and list(frame.columns) == ["text", "labels"]  # not mutated
+
+    def test_token_columns(self):
+        _, batch = first_batch(pd.DataFrame({"input_ids": TOKENS, "labels": LABELS}))
+        assert batch["input_ids"].tolist() == padded(TOKENS[:4]) and batch["labels"].tolist() == LABELS[:4]
+
+
+def write_images(folder: Path) -> dict[str, list[np.ndarray]]:
+    images = {}
+    for label, name in enumerate(["cat", "dog"]):
+        (folder / name).mkdir(parents=True)
+        images[name] = [np.full((6, 5, 3), 30 * label + i, dtype=np.uint8) for i in range(3)]
+        for i, pixels in enumerate(images[name]):
+            Image.fromarray(pixels).save(folder / name / f"{i}.png")
+    return images
+
+
+class TestFolders:
+    def test_a_folder_of_images_is_read_by_imagefolder_with_labels_from_its_subfolders(self, tmp_path):
+        images = write_images(tmp_path / "pets")
+        spec = TaskSpec.vision_tiny().replace(input_fields=("image",), target_field="label",
+                                              additional_config={"num_classes": 2})
+        dm = UniversalDataModule(tmp_path / "pets", task_spec=spec, batch_size=6, shuffle=False)
+        dm.setup()
+        rows = [dm.datasets["train"][i] for i in range(6)]
+        names = dm.datasets["train"].dataset.features["label"].names
+        assert names == ["cat", "dog"] and [int(row["label"]) for row in rows] == [0, 0, 0, 1, 1, 1]
+        written = [torch.from_numpy(pixels).permute(2, 0, 1) for pixels in images["cat"] + images["dog"]]
+        assert all(torch.equal(row["image"], pixels) for row, pixels in zip(rows, written))  # CHW uint8, exact
+        batch = next(iter(dm.train_dataloader()))
+        assert batch["image"].shape == (6, 3, 6, 5) and batch["label"].tolist() == [0, 0, 0, 1, 1, 1]
+
+    def test_a_folder_with_several_splits_is_refused_naming_them(self, tmp_path):
+        write_images(tmp_path / "pets" / "train")
+        write_images(tmp_path / "pets" / "test")
+        with pytest.raises(ValueError, match=r"is the folder '.*pets', which holds the splits \['train', 'test'\]; "
+                                             r"pass each split's folder on its own"):
+            UniversalDataModule(tmp_path / "pets", task_spec=TaskSpec.vision_tiny())
+
+
+class TestRefusals:
+    def test_a_missing_file_is_named(self, tmp_path):
+        with pytest.raises(FileNotFoundError, match=r"train_data names the path '.*missing.csv', which does not "
+                                                    r"exist; give a path ending in .csv, .json, .jsonl, .parquet"):
+            UniversalDataModule(str(tmp_path / "missing.csv"), task_spec=SPEC)
+
+    def test_an_unknown_suffix_is_refused_with_the_accepted_ones(self, tmp_path):
+        path = tmp_path / "notes.txt"
+        path.write_text("hello\n")
+        with pytest.raises(ValueError, match=r"val_data names the file '.*notes.txt', whose suffix '.txt' is not "
+                                             r"accepted: give a path ending in .csv, .json, .jsonl, .parquet or a "
+                                             r"folder"):
+            UniversalDataModule(write_csv(tmp_path / "a.csv", TEXTS, LABELS), val_data=str(path), task_spec=SPEC,
+                                tokenizer=build_tokenizer())
+
+    def test_files_of_two_kinds_are_refused(self, tmp_path):
+        csv = write_csv(tmp_path / "a.csv", TEXTS, LABELS)
+        parquet = tmp_path / "b.parquet"
+        datasets.Dataset.from_dict({"text": TEXTS, "labels": LABELS}).to_parquet(parquet)
+        with pytest.raises(ValueError, match=r"train_data mixes files of kinds \['csv', 'parquet'\]"):
+            UniversalDataModule([csv, parquet], task_spec=SPEC)
+
+    def test_a_string_that_is_no_path_is_refused_listing_the_accepted_kinds(self):
+        with pytest.raises(TypeError, match=r"train_data should be .* a path \(str or pathlib.Path, or a list of "
+                                            r"them\) to .csv, .json, .jsonl or .parquet files .* but got str: 'hello'"):
+            UniversalDataModule("hello", task_spec=SPEC)
+
+
+def test_an_audio_folder_that_datasets_cannot_encode_names_the_fix(tmp_path, monkeypatch):
+    """datasets' audiofolder needs torchcodec (and FFmpeg) to build; when it is missing, the error says so and how
+    to go around it, whatever this machine has installed (the failure is simulated as datasets raises it)."""
+    def load_dataset(path, **kwargs):
+        try:
+            raise ImportError("To support encoding audio data, please install 'torchcodec'.")
+        except ImportError as cause:
+            raise datasets.exceptions.DatasetGenerationError("An error occurred while generating the dataset") \
+                from cause
+
+    (tmp_path / "sounds").mkdir()
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    with pytest.raises(ImportError, match=r"the folder '.*sounds', which datasets reads with audiofolder, .* needs "
+                                          r"torchcodec with FFmpeg .*\.cast_column\('audio', datasets.Audio\(\)\)"):
+        UniversalDataModule(tmp_path / "sounds", task_spec=TaskSpec.audio_tiny())
