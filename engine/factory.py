@@ -22,6 +22,7 @@ from engine.rng import derive_seed, generator_from, seed_worker
 from engine.sampling.base import EpochBatchSampler, EpochHandle
 from engine.sampling.eval import ShardedEvalBatchSampler
 from engine.sampling.length import LengthGroupedBatchSampler, TokenBudgetBatchSampler
+from engine.sampling.packed import PackedBatchSampler
 from engine.sampling.seeded import SeededBatchSampler
 from engine.seeded_collate import SeededCollate
 from engine.sources.adapt import as_source
@@ -134,6 +135,8 @@ def batch_sampler_for(source: Any, *, batching: str, batch_size: int, seed: int,
     lengths = lengths_of(source, key)
     if batching == "grouped":
         return LengthGroupedBatchSampler(lengths, batch_size, seed=seed, drop_last=drop_last, **ranks)
+    if batching == "packed":
+        return PackedBatchSampler(lengths, int(max_tokens), seed=seed, **ranks)
     return TokenBudgetBatchSampler(lengths, int(max_tokens), seed=seed, **ranks)
 
 
