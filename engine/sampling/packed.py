@@ -3,9 +3,11 @@
 Each batch is one *bin*: a list of row indices whose lengths sum to at most ``max_tokens``; the packed collator
 (:mod:`collators.packed`) lays it out as ``input_ids`` of shape ``[1, T]`` with ``T`` the sum of the lengths,
 so every position is a real token. Per epoch the rows are shuffled (seeded by (seed, epoch)), cut into windows of
-``mega_batch_factor`` bins' worth of rows, and each window is packed best-fit decreasing, which fills bins to
-within a fraction of a percent of ``max_tokens``. The bins are then shuffled and dealt to ranks, so every rank
-gets the same number of bins and, on one rank, every row appears exactly once per epoch.
+``mega_batch_factor`` bins' worth of rows, and each window is packed best-fit decreasing; the rows of a window's
+emptiest bin join the next window, so only the epoch's last window leaves a short bin and the bins use over 99%
+of ``max_tokens`` (measured in tests/engine/sampling/test_packed.py and benchmarks/bench_packing.py). The bins are
+then shuffled and dealt to ranks, so every rank gets the same number of bins and, on one rank, every row appears
+exactly once per epoch.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ class PackedBatchSampler(_LengthAware):
         max_tokens: The token budget of one packed sequence: a bin's lengths sum to at most this.
         seed: Seed of the shuffles; an epoch's bins are a function of (seed, epoch, rank).
         mega_batch_factor: Rows are packed within windows of about this many bins' worth of shuffled rows; larger
-            fills bins more evenly, smaller mixes lengths more randomly. The last bin of a window may be short.
+            fills bins more evenly, smaller mixes lengths more randomly.
         num_replicas, rank: Ranks sharing the data; the epoch's bins are dealt to them round robin.
         uneven: When the bins don't divide evenly among ranks, ``pad`` repeats bins from the start of the epoch's
             order, ``drop`` leaves the last few out; either way every rank gets the same number of batches.
@@ -93,8 +95,15 @@ class PackedBatchSampler(_LengthAware):
 
     def all_bins(self, epoch: int) -> list[list[int]]:
         """Every rank's bins of ``epoch`` together, in their shuffled order (before they are dealt to ranks)."""
-        bins = [packed for window in self._sorted_chunks(self._permutation(epoch), self.window_rows)
-                for packed in best_fit_decreasing(window, self.lengths, self.max_tokens)]
+        order, bins, carried = self._permutation(epoch), [], np.empty(0, dtype=np.int64)
+        for start in range(0, len(order), self.window_rows):
+            window = np.concatenate([carried, order[start : start + self.window_rows]])
+            packed = best_fit_decreasing(window[np.argsort(-self.lengths[window], kind="stable")], self.lengths,
+                                         self.max_tokens)
+            if start + self.window_rows < len(order):  # the emptiest bin's rows join the next window instead
+                emptiest = min(range(len(packed)), key=lambda number: int(self.lengths[packed[number]].sum()))
+                carried = np.asarray(packed.pop(emptiest), dtype=np.int64)
+            bins.extend(packed)
         return self._shuffled(bins, epoch, 0)  # rank 0's stream for all: every rank must agree on this order
 
     def epoch_batches(self, epoch: int) -> list[list[int]]:
