@@ -118,8 +118,10 @@ class PackedCollator:
         if self.check_values:
             check_range(flat, "input_ids", high=self.vocab_size, limit=self.vocab_source, lengths=lengths)
         ids = _owned_long(flat).unsqueeze(0)
-        starts = torch.cumsum(lengths, 0) - lengths
-        cu_seq_lens = torch.cat([lengths.new_zeros(1), torch.cumsum(lengths, 0)]).to(torch.int32)
+        ends = torch.cumsum(lengths, 0)
+        starts = ends - lengths
+        cu_seq_lens = torch.zeros(len(lengths) + 1, dtype=torch.int32)
+        cu_seq_lens[1:] = ends
         position_ids = torch.arange(ids.shape[1]) - torch.repeat_interleave(starts, lengths)
         batch: dict[str, Any] = {"input_ids": ids, "labels": None, "position_ids": position_ids.unsqueeze(0)}
         self._per_token_keys(inputs, lengths, batch, consumed)
@@ -187,8 +189,7 @@ class PackedCollator:
                             ignore=self.label_pad_token_id, lengths=lengths)
         else:
             labels = batch["input_ids"].clone()
-        labels[0, starts] = self.label_pad_token_id
-        return labels
+        return labels.index_fill_(1, starts, self.label_pad_token_id)
 
     def __repr__(self) -> str:
         shown = {"task_type": self.task_type, "label_pad_token_id": self.label_pad_token_id,
