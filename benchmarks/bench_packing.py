@@ -68,7 +68,7 @@ def _arrow(batch_rows: list[dict[str, list[int]]]) -> dict[str, Any]:
 
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
-    count, repeats, timed = (3_000, 3, 8) if quick else (30_000, 7, 24)
+    count, repeats, timed = (3_000, 3, 8) if quick else (30_000, 15, 24)
     documents = token_lists(count, LOW, HIGH, seed=0)
     lengths = np.array([len(doc) for doc in documents])
     rows = [{"input_ids": doc} for doc in documents]
