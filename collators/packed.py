@@ -50,7 +50,8 @@ class PackedCollator:
     row and position. Rows are never modified and no output shares memory with them.
 
     Args:
-        tokenizer: a transformers tokenizer; needed for raw text, and a source of vocab and special ids.
+        tokenizer: a transformers tokenizer; needed for raw text (tokenized untruncated, then cut to ``max_length``),
+            and a source of vocab and special ids.
         task_spec: defaults for every option below that is not given.
         task_type: 'causal_lm' or 'masked_lm'; default the spec's, else 'causal_lm'.
         label_pad_token_id: the label of each document's first position (causal LM) and of unselected tokens.
@@ -58,6 +59,8 @@ class PackedCollator:
         text_field: key of raw text, tokenized in one batched call when rows hold no ``input_ids``.
         mlm_probability, mask_token_id, special_token_ids: masked LM, as for :class:`collators.text.TextCollator`.
         vocab_size: ids must be below it: explicit > ``len(tokenizer)`` > ``spec.vocab_size``.
+        max_length: the longest document the model takes (its positions); a longer one keeps its first
+            ``max_length`` tokens, as the text collator truncates rows. Default ``spec.max_seq_len``; None disables.
         check_values: run the per-batch value checks (False skips them).
         seed: seeds the collator's own generator, used when ``__call__`` gets none.
 
@@ -74,7 +77,7 @@ class PackedCollator:
                  label_pad_token_id: int = -100, target_field: str | None = None, text_field: str | None = None,
                  mlm_probability: float | None = None, mask_token_id: int | None = None,
                  special_token_ids: Sequence[int] | None = None, vocab_size: int | None = None,
-                 check_values: bool = True, seed: int = 0) -> None:
+                 max_length: int | None = opts.UNSET, check_values: bool = True, seed: int = 0) -> None:
         spec = task_spec
         if spec is not None and not isinstance(spec, TaskSpec):
             raise TypeError(f"task_spec should be a TaskSpec or None, but got {type(spec).__name__}: {spec!r}")
@@ -89,6 +92,9 @@ class PackedCollator:
         self.label_pad_token_id = opts.check_int("label_pad_token_id", label_pad_token_id)
         self.target_field = target_field or (spec.target_field if spec is not None else None) or "labels"
         self.text_field = text_field or opts.preprocessing(spec, "text_field", "text")
+        if max_length is opts.UNSET:
+            max_length = spec.max_seq_len if spec is not None else None
+        self.max_length = opts.check_int("max_length", max_length, minimum=1, optional=True)
         self.check_values = bool(check_values)
         self.seed = opts.check_int("seed", seed)
         self._generator = torch.Generator().manual_seed(self.seed)
@@ -110,22 +116,24 @@ class PackedCollator:
         return self._collate(ColumnInputs(columns), generator)
 
     def _collate(self, inputs: RowInputs | ColumnInputs, generator: torch.Generator | None) -> dict[str, Any]:
-        flat, lengths, consumed = self._input_ids(inputs)
-        if int(lengths.min()) == 0:
-            row = int((lengths == 0).nonzero()[0])
+        flat, full_lengths, consumed = self._input_ids(inputs)
+        if int(full_lengths.min()) == 0:
+            row = int((full_lengths == 0).nonzero()[0])
             raise ValueError(f"row {row} has no tokens; packing needs at least one token per document, so filter "
                              f"empty rows out of the data")
+        keep = self._kept_positions(full_lengths)
+        lengths = full_lengths if keep is None else full_lengths.clamp(max=self.max_length)
+        ids = _cut(_owned_long(flat), keep).unsqueeze(0)
         if self.check_values:
-            check_range(flat, "input_ids", high=self.vocab_size, limit=self.vocab_source, lengths=lengths)
-        ids = _owned_long(flat).unsqueeze(0)
+            check_range(ids[0], "input_ids", high=self.vocab_size, limit=self.vocab_source, lengths=lengths)
         ends = torch.cumsum(lengths, 0)
         starts = ends - lengths
         cu_seq_lens = torch.zeros(len(lengths) + 1, dtype=torch.int32)
         cu_seq_lens[1:] = ends
         position_ids = torch.arange(ids.shape[1]) - torch.repeat_interleave(starts, lengths)
         batch: dict[str, Any] = {"input_ids": ids, "labels": None, "position_ids": position_ids.unsqueeze(0)}
-        self._per_token_keys(inputs, lengths, batch, consumed)
-        batch["labels"] = self._labels(inputs, batch, lengths, starts, generator)
+        self._per_token_keys(inputs, full_lengths, keep, batch, consumed)
+        batch["labels"] = self._labels(inputs, batch, full_lengths, keep, starts, generator)
         consumed.update(("input_ids", self.target_field))
         batch["cu_seq_lens_q"], batch["cu_seq_lens_k"] = cu_seq_lens, cu_seq_lens.clone()
         batch["max_length_q"] = batch["max_length_k"] = int(lengths.max())
@@ -133,6 +141,14 @@ class PackedCollator:
             if key not in consumed:
                 batch[key] = collate_extra(inputs.values(key))
         return batch
+
+    def _kept_positions(self, lengths: torch.Tensor) -> torch.Tensor | None:
+        """Which of the concatenated tokens survive truncation to ``max_length`` (None: all of them)."""
+        if self.max_length is None or int(lengths.max()) <= self.max_length:
+            return None
+        starts = torch.cumsum(lengths, 0) - lengths
+        within = torch.arange(int(lengths.sum())) - torch.repeat_interleave(starts, lengths)
+        return within < self.max_length
 
     def _input_ids(self, inputs: RowInputs | ColumnInputs) -> tuple[Any, torch.Tensor, set[str]]:
         if "input_ids" in inputs.keys:
@@ -146,26 +162,27 @@ class PackedCollator:
             f"give token ids under 'input_ids', or text under {self.text_field!r} (name its key with text_field=...)"
         )
 
-    def _per_token_keys(self, inputs: RowInputs | ColumnInputs, lengths: torch.Tensor, batch: dict[str, Any],
-                        consumed: set[str]) -> None:
+    def _per_token_keys(self, inputs: RowInputs | ColumnInputs, lengths: torch.Tensor, keep: torch.Tensor | None,
+                        batch: dict[str, Any], consumed: set[str]) -> None:
         """Check ``attention_mask``, keep ``special_tokens_mask`` aside, concatenate ``token_type_ids``."""
         for key in ("attention_mask", "special_tokens_mask", "token_type_ids"):
             if key not in inputs.keys:
                 continue
             values, counts = inputs.ids(key, allow_bool=key != "token_type_ids")
             check_same_lengths(counts, lengths, key, "input_ids")
-            values = _owned_long(values)
+            values = _cut(_owned_long(values), keep)
             consumed.add(key)
             if key == "attention_mask" and len(values) and int(values.min()) == 0:
                 position = int((values == 0).nonzero()[0])
-                row = int(torch.searchsorted(torch.cumsum(lengths, 0), torch.tensor(position), right=True))
+                kept = lengths if keep is None else lengths.clamp(max=self.max_length)
+                row = int(torch.searchsorted(torch.cumsum(kept, 0), torch.tensor(position), right=True))
                 raise ValueError(f"row {row}: attention_mask has a 0, so the row holds padding; packing "
                                  f"concatenates unpadded documents, so give rows without padding")
             if key != "attention_mask":
                 batch[key] = values.unsqueeze(0)
 
     def _labels(self, inputs: RowInputs | ColumnInputs, batch: dict[str, Any], lengths: torch.Tensor,
-                starts: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+                keep: torch.Tensor | None, starts: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         if self.task_type == "masked_lm":
             special = batch.pop("special_tokens_mask", None)
             masked, labels = mask_tokens(
@@ -183,17 +200,17 @@ class PackedCollator:
         if self.target_field in inputs.keys and not missing:
             values, counts = inputs.ids(self.target_field)
             check_same_lengths(counts, lengths, self.target_field, "input_ids")
-            labels = _owned_long(values).unsqueeze(0)
             if self.check_values:
-                check_range(labels[0], self.target_field, high=self.vocab_size, limit=self.vocab_source,
+                check_range(values, self.target_field, high=self.vocab_size, limit=self.vocab_source,
                             ignore=self.label_pad_token_id, lengths=lengths)
+            labels = _cut(_owned_long(values), keep).unsqueeze(0)
         else:
             labels = batch["input_ids"].clone()
         return labels.index_fill_(1, starts, self.label_pad_token_id)
 
     def __repr__(self) -> str:
         shown = {"task_type": self.task_type, "label_pad_token_id": self.label_pad_token_id,
-                 "target_field": self.target_field, "text_field": self.text_field}
+                 "max_length": self.max_length, "target_field": self.target_field, "text_field": self.text_field}
         if self.task_type == "masked_lm":
             shown.update(mlm_probability=self.mlm_probability, mask_token_id=self.mask_token_id)
         shown.update(vocab_size=self.vocab_size, check_values=self.check_values)
@@ -208,6 +225,10 @@ def _owned_long(values: Any) -> torch.Tensor:
     return values.to(torch.long)
 
 
+def _cut(values: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+    return values if keep is None else values[keep]
+
+
 def create_packed_collator(task_spec: TaskSpec | None = None, **kwargs: Any) -> PackedCollator:
     """Build a :class:`PackedCollator` whose defaults come from ``task_spec``; explicit ``kwargs`` override them.
 
@@ -218,9 +239,8 @@ def create_packed_collator(task_spec: TaskSpec | None = None, **kwargs: Any) -> 
         >>> create_packed_collator(TaskSpec.lm_tiny()).task_type
         'causal_lm'
     """
-    padding = sorted(set(kwargs) & {"pad_token_id", "pad_to_multiple_of", "padding", "pad_to_buckets", "padding_side",
-                                    "max_length"})
+    padding = sorted(set(kwargs) & {"pad_token_id", "pad_to_multiple_of", "padding", "pad_to_buckets", "padding_side"})
     if padding:
-        raise ValueError(f"the packed collator adds no padding and keeps documents whole, but got {padding}; drop "
-                         f"them (the sampler's max_tokens bounds each packed sequence)")
+        raise ValueError(f"the packed collator adds no padding, but got {padding}; drop them (the sampler's "
+                         f"max_tokens bounds each packed sequence)")
     return PackedCollator(task_spec=task_spec, **kwargs)

@@ -55,6 +55,8 @@ class PackedBatchSampler(_LengthAware):
         seed: Seed of the shuffles; an epoch's bins are a function of (seed, epoch, rank).
         mega_batch_factor: Rows are packed within windows of about this many bins' worth of shuffled rows; larger
             fills bins more evenly, smaller mixes lengths more randomly.
+        max_length: Count each row as at most this many tokens, as the packed collator will cut it (its
+            ``max_length``, default ``spec.max_seq_len``); None counts rows whole.
         num_replicas, rank: Ranks sharing the data; the epoch's bins are dealt to them round robin.
         uneven: When the bins don't divide evenly among ranks, ``pad`` repeats bins from the start of the epoch's
             order, ``drop`` leaves the last few out; either way every rank gets the same number of batches.
@@ -70,11 +72,15 @@ class PackedBatchSampler(_LengthAware):
     """
 
     def __init__(self, lengths: Any, max_tokens: int, *, seed: int = 0, mega_batch_factor: int = 64,
-                 num_replicas: int = 1, rank: int = 0, uneven: str = "pad") -> None:
+                 max_length: int | None = None, num_replicas: int = 1, rank: int = 0, uneven: str = "pad") -> None:
         max_tokens = check_int("max_tokens", max_tokens, minimum=1)
+        if max_length is not None:
+            max_length = check_int("max_length", max_length, minimum=1)
         super().__init__(lengths, seed=seed, mega_batch_factor=mega_batch_factor, num_replicas=num_replicas,
                          rank=rank, uneven=uneven)
-        self.max_tokens = max_tokens
+        self.max_tokens, self.max_length = max_tokens, max_length
+        if max_length is not None:  # counted as the collator will cut them
+            self.lengths = np.minimum(self.lengths, max_length)
         if len(self.lengths) and self.lengths.min() == 0:
             row = int(np.flatnonzero(self.lengths == 0)[0])
             raise ValueError(f"row {row} has 0 tokens, but packing needs every document to hold at least one "
@@ -84,14 +90,14 @@ class PackedBatchSampler(_LengthAware):
             raise ValueError(
                 f"{len(over)} row(s) are longer than max_tokens={max_tokens}: row {int(over[0])} has "
                 f"{int(self.lengths[over[0]])} tokens (longest: {int(self.lengths.max())}); packing keeps documents "
-                f"whole, so raise max_tokens to at least {int(self.lengths.max())}, or split or truncate long rows "
-                f"before packing"
+                f"whole, so raise max_tokens to at least {int(self.lengths.max())}, or truncate long rows (the "
+                f"spec's max_seq_len, the collator's max_length) or split them before packing"
             )
         mean = float(self.lengths.mean()) if len(self.lengths) else 1.0
         self.window_rows = mega_batch_factor * max(1, int(max_tokens // mean))
 
     def _options(self) -> tuple[Any, ...]:
-        return (*super()._options(), self.max_tokens)
+        return (*super()._options(), self.max_tokens, self.max_length)
 
     def all_bins(self, epoch: int) -> list[list[int]]:
         """Every rank's bins of ``epoch`` together, in their shuffled order (before they are dealt to ranks)."""

@@ -113,6 +113,21 @@ class TestLayout:
         assert batch["cu_seq_lens_q"].tolist() == [0, len(expected[0]), len(expected[0]) + len(expected[1])]
 
 
+class TestTruncation:
+    def test_a_document_past_max_length_keeps_its_start_as_transformers_would_on_cut_rows(self):
+        rows = [{"input_ids": [5, 6, 7, 8], "labels": [1, 2, 3, 4], "token_type_ids": [0, 0, 1, 1]},
+                {"input_ids": [9], "labels": [5], "token_type_ids": [1]}]
+        batch = PackedCollator(max_length=3)(rows)
+        cut = [{"input_ids": [5, 6, 7], "labels": [1, 2, 3]}, {"input_ids": [9], "labels": [5]}]
+        expected = reference()(cut)
+        assert_same_fields({key: batch[key] for key in PACKED_FIELDS}, expected)
+        assert batch["token_type_ids"].tolist() == [[0, 0, 1, 1]]
+
+    def test_the_spec_s_max_seq_len_is_the_default(self):
+        assert PackedCollator(task_spec=TaskSpec.lm_tiny()).max_length == TaskSpec.lm_tiny().max_seq_len
+        assert PackedCollator().max_length is None
+
+
 class TestMaskedLM:
     def collate(self):
         return PackedCollator(task_type="masked_lm", mask_token_id=4, vocab_size=1000, special_token_ids=[0, 2, 3],
@@ -168,7 +183,7 @@ class TestChecks:
             create_packed_collator(spec)
 
     def test_padding_options_are_refused(self):
-        with pytest.raises(ValueError, match=r"adds no padding .* but got \['pad_to_multiple_of'\]"):
+        with pytest.raises(ValueError, match=r"adds no padding, but got \['pad_to_multiple_of'\]"):
             create_packed_collator(TaskSpec.lm_tiny(), pad_to_multiple_of=8)
 
 

@@ -72,9 +72,21 @@ class TestChoice:
 
     def test_a_document_over_the_budget_is_refused_at_setup_naming_it(self):
         data = rows()
+        data[7] = torch.arange(2, 202)  # 200 tokens, counted as the 128 that max_seq_len keeps
+        with pytest.raises(ValueError, match=r"1 row\(s\) are longer than max_tokens=100: row 7 has 128 tokens"):
+            module(data=data, val_split=0, max_tokens=100).train_dataloader()
+
+    def test_documents_are_cut_to_max_seq_len_as_the_text_collator_cuts_rows(self):
+        data = rows()
         data[7] = torch.arange(2, 202)
-        with pytest.raises(ValueError, match="longer than max_tokens=128: row .* has 200 tokens"):
-            module(data=data, val_split=0).train_dataloader()
+        dm = module(data=data, val_split=0, validate=True)  # validate: the first batch matches the spec
+        dm.setup()
+        assert dm.validation_report.passed
+        assert dm.collator.max_length == 128 and dm.truncation["long_rows"] == 1
+        batches = list(dm.train_dataloader())
+        longest = max(int(b["cu_seq_lens_q"].diff().max()) for b in batches)
+        assert longest == 128 and max(b["max_length_q"] for b in batches) == 128
+        assert sum(b["input_ids"].shape[1] for b in batches) == sum(min(len(r), 128) for r in data)
 
     def test_an_id_past_the_vocabulary_is_refused_naming_the_dataset_row(self):
         data = rows()

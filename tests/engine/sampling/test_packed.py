@@ -55,6 +55,12 @@ class TestPacking:
                                              r"raise max_tokens to at least 101"):
             PackedBatchSampler([5, 100, 101], 100)
 
+    def test_rows_are_counted_as_the_collator_will_cut_them(self):
+        sampler = PackedBatchSampler([300, 20, 100], 128, max_length=100, seed=0)
+        assert sorted(sampler.lengths.tolist()) == [20, 100, 100] and len(sampler) == 2
+        with pytest.raises(ValueError, match="row 0 has 300 tokens"):
+            PackedBatchSampler([300, 20, 100], 128)
+
     def test_an_empty_document_is_refused_naming_it(self):
         with pytest.raises(ValueError, match="row 1 has 0 tokens"):
             PackedBatchSampler([5, 0, 7], 100)
