@@ -3,9 +3,12 @@ workers, resume is exact mid-epoch and after a finished epoch, masked LM and the
 batches, and an Arrow-backed dataset gives what DataCollatorWithFlattening gives on the same rows."""
 
 import hashlib
+import logging
 import pickle
+import warnings
 
 import datasets
+import lightning
 import pytest
 import torch
 from transformers import DataCollatorWithFlattening
@@ -156,3 +159,42 @@ def test_an_arrow_dataset_packs_as_data_collator_with_flattening_does():
         for key, value in expected.items():
             assert (torch.equal(batch[key], value) and batch[key].dtype == value.dtype) if torch.is_tensor(value) \
                 else batch[key] == value
+
+
+class Recorder(lightning.LightningModule):
+    """Records the fingerprint of every training batch; trains a tiny model so Lightning runs real steps."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed, self.head = torch.nn.Embedding(VOCAB, 8), torch.nn.Linear(8, VOCAB)
+        self.seen: list[str] = []
+
+    def training_step(self, batch, batch_index):
+        self.seen.append(fingerprint({key: value.cpu() if torch.is_tensor(value) else value
+                                      for key, value in batch.items()}))
+        logits = self.head(self.embed(batch["input_ids"]))
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten())
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def trainer(**kwargs):
+    return lightning.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                             enable_model_summary=False, num_sanity_val_steps=0, enable_checkpointing=False,
+                             **kwargs)
+
+
+def test_a_new_lightning_trainer_extending_a_stopped_run_sees_the_next_packed_batches(tmp_path):
+    logging.getLogger("lightning").setLevel(logging.ERROR)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        per_epoch = len(module().train_dataloader())
+        full = Recorder()
+        trainer(max_steps=per_epoch + 3).fit(full, datamodule=module())  # crosses into the second epoch
+        stopped = trainer(max_steps=2)
+        stopped.fit(Recorder(), datamodule=module())
+        stopped.save_checkpoint(tmp_path / "two.ckpt")
+        extended = Recorder()
+        trainer(max_steps=per_epoch + 3).fit(extended, datamodule=module(), ckpt_path=tmp_path / "two.ckpt")
+    assert extended.seen == full.seen[2:]
