@@ -68,6 +68,12 @@ class TestChoice:
         assert batch["input_ids"].shape[0] == 1 and batch["input_ids"].shape[1] <= 128
         assert batch["cu_seq_lens_q"][-1] == batch["input_ids"].shape[1]
 
+    def test_the_summary_shows_a_packed_batch_within_the_budget(self):
+        dm = module(max_tokens=64)
+        dm.setup()
+        width = int(repr(dm).split("input_ids: [1, ")[1].split("]")[0])
+        assert 0 < width <= 64
+
     def test_a_spec_that_cannot_be_packed_is_refused_at_construction(self):
         with pytest.raises(ValueError, match="task_type='seq2seq'; use batching='plain', 'grouped' or"):
             pairs = datasets.Dataset.from_dict({"input_ids": [[5, 6]] * 4, "labels": [[7, 8]] * 4})
