@@ -3,6 +3,7 @@
 from collators.audio import AudioCollator, create_audio_collator
 from collators.builtins import register_builtins
 from collators.default import DefaultCollator, create_default_collator
+from collators.packed import PackedCollator, create_packed_collator
 from collators.registry import CollatorEntry, CollatorRegistry, Resolution
 from collators.text import TextCollator, create_text_collator
 from collators.vision import VisionCollator, create_vision_collator
@@ -14,11 +15,13 @@ __all__ = [
     "CollatorEntry",
     "CollatorRegistry",
     "DefaultCollator",
+    "PackedCollator",
     "Resolution",
     "TextCollator",
     "VisionCollator",
     "create_audio_collator",
     "create_default_collator",
+    "create_packed_collator",
     "create_text_collator",
     "create_vision_collator",
 ]

@@ -1,15 +1,17 @@
 """Registration of the built-in collators. Each is registered for its modality only (no task types), so
-any later registration for that modality, such as a user's decorator, takes precedence."""
+any later registration for that modality, such as a user's decorator, takes precedence. ``packed`` is registered
+for no modality: it is chosen by name only (the module asks for it when ``batching='packed'``)."""
 
 from __future__ import annotations
 
 from collators.audio import create_audio_collator
 from collators.default import create_default_collator
+from collators.packed import create_packed_collator
 from collators.registry import DEFAULT_COLLATOR, CollatorRegistry
 from collators.text import create_text_collator
 from collators.vision import create_vision_collator
 
-BUILTIN_NAMES = (DEFAULT_COLLATOR, "text", "vision", "audio_waveform")
+BUILTIN_NAMES = (DEFAULT_COLLATOR, "text", "vision", "audio_waveform", "packed")
 
 
 def register_builtins(registry: CollatorRegistry) -> None:
@@ -30,3 +32,6 @@ def register_builtins(registry: CollatorRegistry) -> None:
     registry.register(
         "audio_waveform", modality="audio", description="pads waveforms; lengths, mask, optional mel features"
     )(create_audio_collator)
+    registry.register(
+        "packed", description="whole documents in one [1, T] sequence, position_ids and cu_seq_lens; no padding"
+    )(create_packed_collator)

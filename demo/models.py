@@ -93,6 +93,47 @@ class MaskedLM(DemoModel):
         return F.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=IGNORE_INDEX)
 
 
+def document_causal_mask(position_ids: torch.Tensor) -> torch.Tensor:
+    """Boolean ``[B, T, T]`` attention mask of packed sequences: token ``i`` sees token ``j`` only when ``j <= i``
+    and both belong to the same document (a document starts where ``position_ids`` is 0)."""
+    document = (position_ids == 0).cumsum(-1)  # [B, T]: which document each token belongs to
+    same = document.unsqueeze(-1) == document.unsqueeze(-2)
+    return same.tril_()
+
+
+class PackedCausalLM(DemoModel):
+    """One causal self-attention block over packed batches (``input_ids`` ``[1, T]``): positions come from
+    ``position_ids`` and attention stays within each document, so a document's logits are the same packed or
+    alone. Labels shift here; the collator's -100 at each document's first position stops cross-document targets."""
+
+    def __init__(self, vocab_size: int, dim: int = 64, max_positions: int = 1024, heads: int = 4,
+                 lr: float = 3e-3) -> None:
+        super().__init__(lr)
+        self.heads = heads
+        self.embed = nn.Embedding(vocab_size, dim)
+        self.position = nn.Embedding(max_positions, dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.out = nn.Linear(dim, dim)
+        self.mlp = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab_size)
+
+    def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``[B, T, vocab]`` next-token logits of a packed (or single-document) batch."""
+        position_ids = batch["position_ids"]
+        hidden = self.embed(batch["input_ids"]) + self.position(position_ids)
+        q, k, v = (part.unflatten(-1, (self.heads, -1)).transpose(1, 2) for part in self.qkv(hidden).chunk(3, -1))
+        mask = document_causal_mask(position_ids).unsqueeze(1)  # [B, 1, T, T], broadcast over heads
+        attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2).flatten(2)
+        hidden = hidden + self.out(attended)
+        hidden = hidden + self.mlp(hidden)
+        return self.head(self.norm(hidden))
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        logits = self.logits(batch)[:, :-1]
+        return F.cross_entropy(logits.flatten(0, 1), batch["labels"][:, 1:].flatten(), ignore_index=IGNORE_INDEX)
+
+
 class TextClassifier(DemoModel):
     """Bag of embeddings: masked mean of token embeddings, then a linear layer."""
 

@@ -12,6 +12,7 @@ from engine.protocol import DataModuleProtocol
 from engine.rng import derive_seed
 from engine.sampling.eval import ShardedEvalBatchSampler
 from engine.sampling.length import LengthGroupedBatchSampler, TokenBudgetBatchSampler
+from engine.sampling.packed import PackedBatchSampler
 from engine.sampling.seeded import SeededBatchSampler
 from engine.splits import SplitPlan, plan_splits
 from engine.tools.device import DeviceNormalize, normalize_on_device
@@ -37,6 +38,7 @@ __all__ = [
     "MultiDataLoader",
     "MultiDataLoaderConfig",
     "MultiDataModule",
+    "PackedBatchSampler",
     "SamplingStrategy",
     "SeededBatchSampler",
     "ShardedEvalBatchSampler",

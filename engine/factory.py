@@ -22,6 +22,7 @@ from engine.rng import derive_seed, generator_from, seed_worker
 from engine.sampling.base import EpochBatchSampler, EpochHandle
 from engine.sampling.eval import ShardedEvalBatchSampler
 from engine.sampling.length import LengthGroupedBatchSampler, TokenBudgetBatchSampler
+from engine.sampling.packed import PackedBatchSampler
 from engine.sampling.seeded import SeededBatchSampler
 from engine.seeded_collate import SeededCollate
 from engine.sources.adapt import as_source
@@ -106,7 +107,7 @@ class DataLoaderFactory:
         sampler = None if isinstance(source, IterableDataset) else batch_sampler_for(
             source, batching=batching, batch_size=config.batch_size, max_tokens=max_tokens, key=key,
             seed=config.seed or 0, shuffle=config.shuffle, drop_last=config.drop_last, num_replicas=num_replicas,
-            rank=rank, uneven=uneven)
+            rank=rank, uneven=uneven, max_length=getattr(config.collate_fn, "max_length", None))
         return self.create_dataloader(source, config, batch_sampler=sampler, rank=rank, num_replicas=num_replicas,
                                       uneven=uneven)
 
@@ -126,14 +127,20 @@ class DataLoaderFactory:
 
 def batch_sampler_for(source: Any, *, batching: str, batch_size: int, seed: int, key: str | None = None,
                       max_tokens: int | None = None, shuffle: bool = True, drop_last: bool = False,
-                      num_replicas: int = 1, rank: int = 0, uneven: str = "pad") -> EpochBatchSampler:
-    """The training batch sampler of a resolved ``batching`` mode (see :mod:`engine.sampling.modes`)."""
+                      num_replicas: int = 1, rank: int = 0, uneven: str = "pad",
+                      max_length: int | None = None) -> EpochBatchSampler:
+    """The training batch sampler of a resolved ``batching`` mode (see :mod:`engine.sampling.modes`).
+
+    ``max_length`` (packed only) is the collator's truncation, so rows are packed at the length they will have.
+    """
     ranks = {"num_replicas": num_replicas, "rank": rank, "uneven": uneven}
     if batching == "plain":
         return SeededBatchSampler(len(source), batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last, **ranks)
     lengths = lengths_of(source, key)
     if batching == "grouped":
         return LengthGroupedBatchSampler(lengths, batch_size, seed=seed, drop_last=drop_last, **ranks)
+    if batching == "packed":
+        return PackedBatchSampler(lengths, int(max_tokens), seed=seed, max_length=max_length, **ranks)
     return TokenBudgetBatchSampler(lengths, int(max_tokens), seed=seed, **ranks)
 
 

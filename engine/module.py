@@ -14,7 +14,7 @@ from engine.distributed import check_trainer_keeps_our_samplers, resolve_world
 from engine.factory import DataLoaderFactory, check_workers_can_start
 from engine.multi.config import MultiDataLoaderConfig
 from engine.multi.module import NamedDatasets, defer_to_named, is_named_datasets
-from engine.sampling.modes import resolve_batching
+from engine.sampling.modes import packed_collator_name, resolve_batching, with_packed_reason
 from engine.seeded_collate import build_collator
 from engine.sources.adapt import MapSource
 from engine.sources.given import log_truncation, prepare_inputs, take_inputs
@@ -54,9 +54,10 @@ class UniversalDataModule(lightning.LightningDataModule):
         collate_fn: Use this collate function instead of the registry's choice.
         collator_name: Ask the registry for this collator by name.
         collator_kwargs: Extra keyword arguments for the collator factory.
-        batching: 'plain', 'grouped' (rows of similar length share a batch) or 'token_budget' (at most
-            ``max_tokens`` padded tokens per batch); None reads ``spec.preprocessing_config['batching']``.
-        max_tokens: Padded-token budget per batch for 'token_budget' (else the spec's 'max_tokens').
+        batching: 'plain', 'grouped' (rows of similar length share a batch), 'token_budget' (at most
+            ``max_tokens`` padded tokens per batch) or 'packed' (whole documents concatenated into one ``[1, T]``
+            sequence of at most ``max_tokens``, no padding); None reads ``spec.preprocessing_config['batching']``.
+        max_tokens: Token budget per batch for 'token_budget' and 'packed' (else the spec's 'max_tokens').
         device_normalize: Vision: keep images uint8 in the loader, normalize on the device (on_after_batch_transfer).
         validate: At setup, check the first training batch against the spec; the report is ``dm.validation_report``.
         multi_config: Several named datasets only: how their batches interleave (a MultiDataLoaderConfig).
@@ -104,10 +105,12 @@ class UniversalDataModule(lightning.LightningDataModule):
         self.batching, self.max_tokens, self.batching_reason = resolve_batching(task_spec, batching, max_tokens,
                                                                                 self.train_config.shuffle)
         options.check_stream_batching(self._stream is not None, self.batching)
-        self.collator, self.collator_resolution = build_collator(
-            task_spec, tokenizer, collate_fn, collator_name,
+        name = packed_collator_name(self.batching, collator_name, collate_fn)
+        self.collator, resolution = build_collator(
+            task_spec, tokenizer, collate_fn, name,
             options.device_normalize_kwargs(device_normalize, collate_fn, task_spec, collator_kwargs),
         )
+        self.collator_resolution = with_packed_reason(resolution, name != collator_name, self.batching_reason)
         options.check_pad_id(self.collator, tokenizer)
         self.train_config.collate_fn = self.eval_config.collate_fn = self.collator
         self.device_normalize = DeviceNormalize.from_collator(self.collator)  # also for collator_kwargs keep_uint8

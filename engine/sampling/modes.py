@@ -1,12 +1,18 @@
-"""Which batching mode a module uses: ``plain``, ``grouped`` or ``token_budget``, from its argument or the spec."""
+"""Which batching mode a module uses: ``plain``, ``grouped``, ``token_budget`` or ``packed``, from its argument or
+the spec."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from engine._checks import check_int
 
-BATCHING_MODES = ("plain", "grouped", "token_budget")
+BATCHING_MODES = ("plain", "grouped", "token_budget", "packed")
+BUDGET_MODES = ("token_budget", "packed")
+"""The modes that take ``max_tokens``: a padded-token budget per batch, or the length of one packed sequence."""
+PACKED_TASK_TYPES = ("causal_lm", "masked_lm")
+"""Task types whose rows can be packed: documents concatenated, labels from the tokens themselves."""
 
 
 def resolve_batching(spec: Any, batching: str | None, max_tokens: int | None,
@@ -24,12 +30,31 @@ def resolve_batching(spec: Any, batching: str | None, max_tokens: int | None,
     if batching != "plain" and not shuffle:
         raise ValueError(f"batching={batching!r} ({reason}) shuffles batches every epoch, but shuffle=False; pass "
                          f"shuffle=True, or batching='plain' for a fixed order")
-    if batching != "token_budget":
+    if batching not in BUDGET_MODES:
         if max_tokens is not None:
-            raise ValueError(f"max_tokens={max_tokens!r} applies only to batching='token_budget', but batching="
-                             f"{batching!r}; drop max_tokens or pass batching='token_budget'")
+            raise ValueError(f"max_tokens={max_tokens!r} applies only to batching='token_budget' or 'packed', but "
+                             f"batching={batching!r}; drop max_tokens or pass batching='token_budget' or 'packed'")
         return batching, None, reason
+    task_type = getattr(spec, "task_type", None)
+    if batching == "packed" and spec is not None and task_type not in PACKED_TASK_TYPES:
+        raise ValueError(f"batching='packed' ({reason}) concatenates documents for language modelling "
+                         f"({', '.join(PACKED_TASK_TYPES)}), but the spec's task_type={task_type!r}; use batching="
+                         f"'plain', 'grouped' or 'token_budget' for {task_type}")
     max_tokens = max_tokens if max_tokens is not None else config.get("max_tokens")
     if max_tokens is None:
-        raise ValueError("batching='token_budget' needs max_tokens=... (or spec.preprocessing_config['max_tokens'])")
+        raise ValueError(f"batching={batching!r} needs max_tokens=... (or spec.preprocessing_config['max_tokens'])")
     return batching, check_int("max_tokens", max_tokens, minimum=1), reason
+
+
+def packed_collator_name(batching: str, collator_name: str | None, collate_fn: Any) -> str | None:
+    """The registry name the module asks for: 'packed' for packed batches unless the user chose a collator."""
+    if batching == "packed" and collator_name is None and collate_fn is None:
+        return "packed"
+    return collator_name
+
+
+def with_packed_reason(resolution: Any, asked_for_packed: bool, batching_reason: str) -> Any:
+    """``resolution`` with a reason that says the module asked for 'packed' because of the batching mode."""
+    if not asked_for_packed or resolution is None:
+        return resolution
+    return dataclasses.replace(resolution, reason=f"batching='packed' ({batching_reason}) packs documents")

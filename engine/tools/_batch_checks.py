@@ -19,6 +19,8 @@ ID_KEYS = ("input_ids", "decoder_input_ids", "token_type_ids", "position_ids")
 SIGNAL_KEYS = ("pixel_values", "input_values", "input_features")
 TOKEN_LABEL_TASKS = ("causal_lm", "masked_lm", "seq2seq")
 CLASS_LABEL_TASKS = ("classification", "token_classification")
+BOUNDARY_KEYS = ("cu_seq_lens_q", "cu_seq_lens_k")
+"""Packed batches' document boundaries: one entry per document plus one, not one per row."""
 MASK_PAIRS = (("attention_mask", "input_ids"), ("decoder_attention_mask", "decoder_input_ids"))
 
 
@@ -97,7 +99,7 @@ def _image_shape(size: Any) -> tuple[int, ...] | None:
 
 def check_shapes(batch: dict[str, torch.Tensor], ctx: Context) -> list[Problem]:
     problems: list[Problem] = []
-    rows = {key: tensor.shape[0] for key, tensor in batch.items() if tensor.dim() > 0}
+    rows = {key: tensor.shape[0] for key, tensor in batch.items() if tensor.dim() > 0 and key not in BOUNDARY_KEYS}
     if len(set(rows.values())) > 1:
         first = next(iter(rows))
         odd = next(key for key, size in rows.items() if size != rows[first])
@@ -116,8 +118,14 @@ def check_shapes(batch: dict[str, torch.Tensor], ctx: Context) -> list[Problem]:
                                   f"{list(expected)} (expected [batch, channels, height, width] ending in it): resize "
                                   f"images in a dataset transform, or correct image_size"))
     limit = spec.max_seq_len
-    ids = batch.get("input_ids")
-    if limit and ids is not None and ids.dim() == 2 and ids.shape[1] > limit:
+    ids, bounds = batch.get("input_ids"), batch.get("cu_seq_lens_q")
+    if limit and bounds is not None and bounds.dim() == 1 and len(bounds) > 1:  # packed: the longest document counts
+        longest = int(bounds.diff().max())
+        if longest > limit:
+            problems.append(("input_ids", f"a packed document has {longest} tokens > max_seq_len {limit}: truncate "
+                                          f"to TaskSpec.additional_config['max_seq_len'] (collator max_length) or "
+                                          f"raise it"))
+    elif limit and ids is not None and ids.dim() == 2 and ids.shape[1] > limit:
         problems.append(("input_ids", f"input_ids length {ids.shape[1]} > max_seq_len {limit}: truncate to "
                                       f"TaskSpec.additional_config['max_seq_len'] (collator max_length) or raise it"))
     return problems

@@ -46,10 +46,23 @@ def batch_shapes(dm: Any) -> dict[str, str]:
         rows = list(itertools.islice(iter(source.stream), dm.train_config.batch_size))
     else:
         rows = source.__getitems__(list(range(min(dm.train_config.batch_size, len(source)))))
+    if getattr(dm, "batching", None) == "packed" and rows:  # a packed batch is documents up to max_tokens
+        rows = _within_budget(list(rows), dm.max_tokens, getattr(dm.collator, "max_length", None))
     batch = dm.collator(rows)
     items = batch.items() if isinstance(batch, dict) else enumerate(batch if isinstance(batch, (list, tuple))
                                                                      else [batch])
     return {str(key): _describe(value) for key, value in items}
+
+
+def _within_budget(rows: list[Any], max_tokens: int, max_length: int | None) -> list[Any]:
+    """The first rows whose token counts (cut to ``max_length``) fit in ``max_tokens``; at least one."""
+    total = 0
+    for count, row in enumerate(rows):
+        ids = row.get("input_ids") if isinstance(row, dict) else row
+        total += min(len(ids), max_length or len(ids))
+        if total > max_tokens:
+            return rows[: max(count, 1)]
+    return rows
 
 
 def _describe(value: Any) -> str:
