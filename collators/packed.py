@@ -84,11 +84,9 @@ class PackedCollator:
         self.tokenizer = tokenizer
         self.task_type = opts.resolve_task_type(task_type, spec)
         if self.task_type not in PACKED_TASK_TYPES:
-            raise ValueError(
-                f"PackedCollator packs documents for {' and '.join(PACKED_TASK_TYPES)}, but got task_type="
-                f"{self.task_type!r}; use batching='plain', 'grouped' or 'token_budget' (the text collator) for "
-                f"{self.task_type}"
-            )
+            raise ValueError(f"PackedCollator packs documents for {' and '.join(PACKED_TASK_TYPES)}, but got "
+                             f"task_type={self.task_type!r}; use batching='plain', 'grouped' or 'token_budget' (the "
+                             f"text collator) for {self.task_type}")
         self.label_pad_token_id = opts.check_int("label_pad_token_id", label_pad_token_id)
         self.target_field = target_field or (spec.target_field if spec is not None else None) or "labels"
         self.text_field = text_field or opts.preprocessing(spec, "text_field", "text")
@@ -156,10 +154,9 @@ class PackedCollator:
             ids = tokenize_column(self.tokenizer, inputs.values(self.text_field), self.text_field,
                                   max_length=None, target=False, ids_key="input_ids")
             return (*flatten_ids(ids, "input_ids"), {self.text_field})
-        raise ValueError(
-            f"row 0 has neither 'input_ids' nor raw text under {self.text_field!r} (keys: {sorted(inputs.keys)}); "
-            f"give token ids under 'input_ids', or text under {self.text_field!r} (name its key with text_field=...)"
-        )
+        raise ValueError(f"row 0 has neither 'input_ids' nor raw text under {self.text_field!r} (keys: "
+                         f"{sorted(inputs.keys)}); give token ids under 'input_ids', or text under "
+                         f"{self.text_field!r} (name its key with text_field=...)")
 
     def _per_token_keys(self, inputs: RowInputs | ColumnInputs, lengths: torch.Tensor, keep: torch.Tensor | None,
                         batch: dict[str, Any], consumed: set[str]) -> None:

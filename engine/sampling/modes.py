@@ -6,13 +6,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from collators.packed import PACKED_TASK_TYPES
 from engine._checks import check_int
 
 BATCHING_MODES = ("plain", "grouped", "token_budget", "packed")
 BUDGET_MODES = ("token_budget", "packed")
 """The modes that take ``max_tokens``: a padded-token budget per batch, or the length of one packed sequence."""
-PACKED_TASK_TYPES = ("causal_lm", "masked_lm")
-"""Task types whose rows can be packed: documents concatenated, labels from the tokens themselves."""
 
 
 def resolve_batching(spec: Any, batching: str | None, max_tokens: int | None,
