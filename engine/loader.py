@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 import torch.distributed as dist
@@ -112,11 +113,7 @@ class CheckedBatches:
         except RuntimeError as error:
             if not str(error).startswith("DataLoader worker"):
                 raise
-            raise RuntimeError(
-                f"a worker process of the {self._split} loader died: {error} A worker killed by SIGKILL is most "
-                f"often stopped by the out-of-memory killer: lower num_workers, prefetch_factor or batch_size. A "
-                f"row that crashes its process (a decoder's segfault) cannot be left out by on_error; find it with "
-                f"num_workers=0") from error
+            raise RuntimeError(worker_death(self._split, getattr(self._batches, "_workers", []), error)) from error
         if type(batch) is WithSkippedRows:
             self._report.add(batch.skipped)
             self._in_pass.extend(batch.skipped)
@@ -129,3 +126,20 @@ class CheckedBatches:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._batches, name)
+
+
+def worker_death(split: str, workers: list[Any], error: Exception) -> str:
+    """The message for a worker that died: which one, by which signal or exit code, and what to do."""
+    dead = []
+    for number, worker in enumerate(workers):
+        code = getattr(worker, "exitcode", None)
+        if code is not None and code < 0:
+            name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+            dead.append(f"worker {number} (pid {worker.pid}) was killed by {name}")
+        elif code:
+            dead.append(f"worker {number} (pid {worker.pid}) exited with code {code}")
+    what = "; ".join(dead) or str(error)
+    return (f"a worker process of the {split} loader died: {what} ({error}). A worker killed by SIGKILL is most "
+            f"often stopped by the out-of-memory killer: lower num_workers, prefetch_factor or batch_size. A row "
+            f"that crashes its process (a decoder's segfault) cannot be left out by on_error; find it with "
+            f"num_workers=0")

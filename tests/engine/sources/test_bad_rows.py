@@ -4,7 +4,9 @@ the one a run over clean data gives, with 0 and 2 workers and across an exact re
 failure into an error; 'raise' stays the default."""
 
 import hashlib
+import os
 import pickle
+import signal
 import warnings
 
 import datasets
@@ -181,3 +183,35 @@ def test_a_stream_cannot_skip_rows():
     stream = datasets.Dataset.from_dict({"input_ids": [[1, 2]] * 8}).to_iterable_dataset()
     with pytest.raises(ValueError, match=r"on_error='skip' leaves out rows by their index, which a stream"):
         UniversalDataModule(stream, task_spec=SPEC, batch_size=4, on_error="skip")
+
+
+
+class KilledAtRowNine(torch.utils.data.Dataset):
+    """A row whose read kills its worker process (SIGKILL, as the out-of-memory killer does)."""
+
+    def __len__(self):
+        return 24
+
+    def __getitem__(self, index):
+        if index == 9 and torch.utils.data.get_worker_info() is not None:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return {"input_ids": torch.arange(1, 4) + index}
+
+
+def test_a_killed_worker_raises_an_error_naming_it_and_the_split_and_never_hangs():
+    def hung(signum, frame):
+        raise TimeoutError("the loader hung after its worker was killed")
+
+    # on_error='skip' cannot leave out a row that kills its process: the death is an error, not a skip
+    dm = module(KilledAtRowNine(), val_split=0, shuffle=False, num_workers=2, on_error="skip")
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(60)  # a hang fails the test with TimeoutError instead of blocking the suite
+    try:
+        with pytest.raises(RuntimeError, match=r"a worker process of the train loader died: worker [01] \(pid \d+\) "
+                                               r"was killed by SIGKILL \(DataLoader worker .*\)\. A worker killed by "
+                                               r"SIGKILL is most often stopped by the out-of-memory killer"):
+            for _ in dm.train_dataloader():
+                pass
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
