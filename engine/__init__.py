@@ -13,9 +13,11 @@ from engine.rng import derive_seed
 from engine.sampling.eval import ShardedEvalBatchSampler
 from engine.sampling.length import LengthGroupedBatchSampler, TokenBudgetBatchSampler
 from engine.sampling.seeded import SeededBatchSampler
+from engine.sources.bad_rows import SkippedRow, SkipReport
 from engine.splits import SplitPlan, plan_splits
 from engine.tools.device import DeviceNormalize, normalize_on_device
 from engine.tools.monitor import DataMonitor, DataMonitorCallback
+from engine.tools.skipped import SkippedRowsCallback
 from engine.tools.split_files import create_loader, load_split_indices
 from engine.tools.steps import Batch, get_epoch_length, get_train_dataloader_steps, get_val_dataloader_steps
 from engine.tools.transfer import move_to_device
@@ -40,6 +42,9 @@ __all__ = [
     "SamplingStrategy",
     "SeededBatchSampler",
     "ShardedEvalBatchSampler",
+    "SkipReport",
+    "SkippedRow",
+    "SkippedRowsCallback",
     "SplitPlan",
     "TokenBudgetBatchSampler",
     "UniversalDataModule",
