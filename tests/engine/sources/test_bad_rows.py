@@ -12,9 +12,10 @@ import warnings
 import datasets
 import pytest
 import torch
+from torch.utils.data._utils.pin_memory import pin_memory
 
 from engine import UniversalDataModule
-from engine.sources.bad_rows import SkippedRow
+from engine.sources.bad_rows import SkippedRow, WithSkippedRows
 from task_spec import TaskSpec
 
 SPEC = TaskSpec.lm_tiny().replace(special_tokens={"pad_token_id": 0}, additional_config={"vocab_size": 64})
@@ -215,3 +216,19 @@ def test_a_killed_worker_raises_an_error_naming_it_and_the_split_and_never_hangs
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+
+
+class Pinnable:
+    """Stands for a batch whose tensors get pinned (pinning real tensors needs an accelerator)."""
+
+    def pin_memory(self):
+        return "pinned"
+
+
+def test_a_pinning_loader_pins_the_batch_and_keeps_its_records():
+    # torch's pin_memory (what the loader's pinning thread calls) reaches the wrapper's pin_memory(), which pins
+    # the batch inside (a wrapper without it would pass the batch on unpinned) and keeps the records
+    skipped = [SkippedRow(3, "train", "OSError", "truncated file img_3.png")]
+    pinned = pin_memory(WithSkippedRows({"names": ["a"], "ids": Pinnable()}, skipped))
+    assert type(pinned) is WithSkippedRows and pinned.skipped == skipped
+    assert pinned.batch == {"names": ["a"], "ids": "pinned"}
