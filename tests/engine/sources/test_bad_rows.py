@@ -16,6 +16,7 @@ from torch.utils.data._utils.pin_memory import pin_memory
 
 from engine import UniversalDataModule
 from engine.sources.bad_rows import SkippedRow, WithSkippedRows
+from engine.sources.lengths import lengths_of
 from task_spec import TaskSpec
 
 SPEC = TaskSpec.lm_tiny().replace(special_tokens={"pad_token_id": 0}, additional_config={"vocab_size": 64})
@@ -232,3 +233,21 @@ def test_a_pinning_loader_pins_the_batch_and_keeps_its_records():
     pinned = pin_memory(WithSkippedRows({"names": ["a"], "ids": Pinnable()}, skipped))
     assert type(pinned) is WithSkippedRows and pinned.skipped == skipped
     assert pinned.batch == {"names": ["a"], "ids": "pinned"}
+
+
+def test_length_grouped_batching_measures_a_failing_row_as_empty_and_leaves_it_out():
+    dm = module(Rows(), val_split=0, on_error="skip", batching="grouped")
+    dm.setup()
+    measured = lengths_of(dm.datasets["train"], "input_ids").tolist()
+    assert measured == [0 if index in BAD else 1 + index % 6 for index in range(20)]  # the others in their place
+    for epoch in passes(dm, epochs=2)[0]:
+        seen = [row[0] for batch in epoch for row in batch]
+        assert sorted(seen) == [index for index in range(20) if index not in BAD]
+    assert sorted(row.index for row in dm.skipped) == sorted(2 * BAD)
+
+
+def test_first_batch_validation_checks_the_batch_less_its_failing_row():
+    dm = module(Rows(bad=(1,)), val_split=0, on_error="skip", shuffle=False, validate=True)
+    dm.setup()  # validates the first batch, rows [0, 1, 2, 3], of which row 1 fails
+    assert dm.validation_report.passed, dm.validation_report.problems
+    assert dm.validation_report.summary["input_ids"].endswith("[3, 4]")  # rows 0, 2 and 3
