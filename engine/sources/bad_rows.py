@@ -135,9 +135,9 @@ class SkipReport:
     def limit(self, rows_in_pass: int) -> int | None:
         """The most rows one pass over ``rows_in_pass`` rows may leave out: ``max_skipped`` as a count, or its
         fraction of the rows (rounded down); None without a cap."""
-        if self.max_skipped is None or isinstance(self.max_skipped, int):
-            return self.max_skipped
-        return math.floor(self.max_skipped * rows_in_pass)
+        if isinstance(self.max_skipped, float):
+            return math.floor(self.max_skipped * rows_in_pass)
+        return None if self.max_skipped is None else int(self.max_skipped)  # a count (numpy integers too)
 
     def add(self, skipped: list[SkippedRow]) -> None:
         """Record ``skipped``; with ``on_error='warn'``, warn once for each row not warned about before."""
