@@ -137,8 +137,7 @@ class UniversalDataModule(lightning.LightningDataModule):
             self._given, self._stream, self.task_spec, self.tokenizer, val_split=self.val_split,
             test_split=self.test_split, seed=self.seed, rank=self.rank, world_size=self.world_size)
         self.datasets = sources
-        for source in sources.values():
-            source.on_error = self.skipped.on_error  # travels with the source to the workers
+        self.skipped.apply_to(sources.values())
         self.truncation = log_truncation(sources.get("train"), self.task_spec, getattr(self.collator, "max_length",
                                                                                        None))
         for role, source in sources.items():  # spawned workers must be able to receive data and collator
@@ -164,9 +163,7 @@ class UniversalDataModule(lightning.LightningDataModule):
             self.setup()
             if "train" not in self.datasets:
                 raise ValueError("there is no train data: pass train_data=... to UniversalDataModule")
-            loader = self._new_train_loader()
-            loader.skipped = self.skipped
-            self._position.attach(loader)
+            self._position.attach(self.skipped.attach(self._new_train_loader()))
         return self._position.loader
 
     def _new_train_loader(self) -> StatefulDataLoader:
@@ -199,10 +196,8 @@ class UniversalDataModule(lightning.LightningDataModule):
         self.setup()
         if role not in self.datasets:
             return []
-        loader = self._factory.eval_dataloader(self.datasets[role], self.eval_config, role=role, rank=self.rank,
-                                               num_replicas=self.world_size)
-        loader.skipped = self.skipped
-        return loader
+        return self.skipped.attach(self._factory.eval_dataloader(self.datasets[role], self.eval_config, role=role,
+                                                                 rank=self.rank, num_replicas=self.world_size))
 
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: Any, map_location: Any = None, **data: Any) -> Any:

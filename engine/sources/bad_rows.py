@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -158,6 +158,16 @@ class SkipReport:
                 f"on_error={self.on_error!r} left out {in_pass} rows of the {split} data in this pass, more than "
                 f"max_skipped={self.max_skipped!r} allows ({limit} of {rows_in_pass} rows): the failures look "
                 f"systematic rather than a few bad files. First: {shown}. Fix the data, or raise max_skipped")
+
+    def apply_to(self, sources: Iterable[Any]) -> None:
+        """Give each source this report's ``on_error``; it travels with the source to the workers."""
+        for source in sources:
+            source.on_error = self.on_error
+
+    def attach(self, loader: Any) -> Any:
+        """Make ``loader`` record the rows it leaves out here; returns the loader."""
+        loader.skipped = self
+        return loader
 
     def state(self) -> int:
         """What a saved state carries: the number of training rows left out (one integer, not the records)."""
