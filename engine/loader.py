@@ -125,6 +125,8 @@ class CheckedBatches:
         return len(self._batches)
 
     def __getattr__(self, name: str) -> Any:
+        if name == "_batches":  # not yet set (a copy being built): no recursion
+            raise AttributeError(name)
         return getattr(self._batches, name)
 
 
