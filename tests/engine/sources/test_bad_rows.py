@@ -12,9 +12,11 @@ import warnings
 import datasets
 import pytest
 import torch
+from PIL import Image
 from torch.utils.data._utils.pin_memory import pin_memory
 
 from engine import UniversalDataModule
+from engine.datasets import ImageFolderDataset
 from engine.sources.bad_rows import SkippedRow, WithSkippedRows
 from engine.sources.lengths import lengths_of
 from task_spec import TaskSpec
@@ -251,3 +253,22 @@ def test_first_batch_validation_checks_the_batch_less_its_failing_row():
     dm.setup()  # validates the first batch, rows [0, 1, 2, 3], of which row 1 fails
     assert dm.validation_report.passed, dm.validation_report.problems
     assert dm.validation_report.summary["input_ids"].endswith("[3, 4]")  # rows 0, 2 and 3
+
+
+def test_a_truncated_image_file_is_left_out_of_an_image_folder(tmp_path):
+    generator = torch.Generator().manual_seed(0)
+    for number in range(12):
+        pixels = torch.randint(0, 256, (32, 32, 3), dtype=torch.uint8, generator=generator).numpy()
+        path = tmp_path / f"class{number % 4}" / f"img{number:02d}.png"
+        path.parent.mkdir(exist_ok=True)
+        Image.fromarray(pixels).save(path)
+    broken = tmp_path / "class2" / "img06.png"
+    broken.write_bytes(broken.read_bytes()[:60])  # a download cut short
+    data = ImageFolderDataset(tmp_path)
+    index = [path for path, _ in data.samples].index(str(broken))
+    dm = UniversalDataModule(data, task_spec=TaskSpec.vision_tiny(), batch_size=4, seed=0, on_error="skip")
+    batches = list(dm.train_dataloader())
+    assert sorted(len(batch["labels"]) for batch in batches) == [3, 4, 4]  # 12 files, one unreadable
+    (record,) = dm.skipped.records
+    assert (record.index, record.split, record.error_type) == (index, "train", "OSError")
+    assert record.message.startswith(f"cannot read image '{broken}'") and "truncated" in record.message
