@@ -2,5 +2,5 @@
 
 ``adapt`` wraps HF datasets, torch datasets and lists of tensors; ``inputs`` checks them against the TaskSpec;
 ``preprocess`` tokenizes raw text once; ``lengths`` reads row lengths from the columns; ``streams`` handles
-``datasets.IterableDataset`` inputs.
+``datasets.IterableDataset`` inputs; ``bad_rows`` names rows that fail to read, or leaves them out and records them.
 """
