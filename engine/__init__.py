@@ -14,9 +14,11 @@ from engine.sampling.eval import ShardedEvalBatchSampler
 from engine.sampling.length import LengthGroupedBatchSampler, TokenBudgetBatchSampler
 from engine.sampling.packed import PackedBatchSampler
 from engine.sampling.seeded import SeededBatchSampler
+from engine.sources.bad_rows import SkippedRow, SkipReport
 from engine.splits import SplitPlan, plan_splits
 from engine.tools.device import DeviceNormalize, normalize_on_device
 from engine.tools.monitor import DataMonitor, DataMonitorCallback
+from engine.tools.skipped import SkippedRowsCallback
 from engine.tools.split_files import create_loader, load_split_indices
 from engine.tools.steps import Batch, get_epoch_length, get_train_dataloader_steps, get_val_dataloader_steps
 from engine.tools.transfer import move_to_device
@@ -42,6 +44,9 @@ __all__ = [
     "SamplingStrategy",
     "SeededBatchSampler",
     "ShardedEvalBatchSampler",
+    "SkipReport",
+    "SkippedRow",
+    "SkippedRowsCallback",
     "SplitPlan",
     "TokenBudgetBatchSampler",
     "UniversalDataModule",

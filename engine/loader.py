@@ -1,17 +1,20 @@
 """The loader classes the factory builds: torchdata's ``StatefulDataLoader``, with the two things it lacks here.
 
 ``ResumableLoader`` keeps the position of a pass whose iterator a framework dropped (Lightning does at the end of
-``fit``), and ``PassAwareLoader`` tells a stream, in the parent process, that a pass starts.
+``fit``), records the rows its source left out (``on_error='skip'``) and names a worker that died, and
+``PassAwareLoader`` tells a stream, in the parent process, that a pass starts.
 """
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 import torch.distributed as dist
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from engine.distributed import stop_together
+from engine.sources.bad_rows import SkipReport, WithSkippedRows
 from engine.state import ITERATOR_FINISHED, sampler_state_of
 
 
@@ -27,6 +30,8 @@ class ResumableLoader(StatefulDataLoader):
     """
 
     _parked: dict[str, Any] | None = None
+    skipped: SkipReport | None = None
+    """Where the rows its source leaves out are recorded (the module's ``dm.skipped``; one of its own if unset)."""
 
     @property
     def _iterator(self) -> Any:
@@ -44,7 +49,13 @@ class ResumableLoader(StatefulDataLoader):
         if self._iterator is None and parked is not None and self.next_iter_state is None \
                 and not parked.get("_iterator_finished"):
             self.next_iter_state = parked  # continue the dropped pass (a finished one: the next epoch follows)
-        return super().__iter__()
+        batches = super().__iter__()
+        skipping = getattr(self.dataset, "on_error", "raise") != "raise"
+        if not skipping and self.num_workers == 0:
+            return batches  # nothing to unwrap and no worker to die: the plain iterator, no per-step cost
+        if skipping and self.skipped is None:
+            self.skipped = SkipReport(self.dataset.on_error)
+        return CheckedBatches(batches, self)
 
     def state_dict(self) -> dict[str, Any]:
         if self._iterator is None and self._parked is not None and self.next_iter_state is None:
@@ -79,3 +90,58 @@ class PassAwareLoader(StatefulDataLoader):
         if getattr(self.dataset, "world_size", 1) > 1 and dist.is_available() and dist.is_initialized():
             return stop_together(batches)
         return batches
+
+
+class CheckedBatches:
+    """A loader's iterator, in the parent process: unwraps batches that carry skipped rows into the loader's
+    :class:`SkipReport` (checking the cap for this pass), and turns a worker's death into an error naming the
+    split and the likely fix. Everything else (``state_dict``, ...) is the wrapped iterator's."""
+
+    def __init__(self, batches: Any, loader: ResumableLoader) -> None:
+        self._batches, self._report = batches, loader.skipped
+        self._split = getattr(loader.dataset, "role", "data")
+        replicas = getattr(loader.batch_sampler, "num_replicas", 1)
+        self._rows_in_pass = -(-len(loader.dataset) // replicas)
+        self._in_pass: list[Any] = []
+
+    def __iter__(self) -> CheckedBatches:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            batch = next(self._batches)
+        except RuntimeError as error:
+            if not str(error).startswith("DataLoader worker"):
+                raise
+            raise RuntimeError(worker_death(self._split, getattr(self._batches, "_workers", []), error)) from error
+        if type(batch) is WithSkippedRows:
+            self._report.add(batch.skipped)
+            self._in_pass.extend(batch.skipped)
+            self._report.check_cap(self._split, len(self._in_pass), self._rows_in_pass, self._in_pass)
+            batch = batch.batch
+        return batch
+
+    def __len__(self) -> int:
+        return len(self._batches)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_batches":  # not yet set (a copy being built): no recursion
+            raise AttributeError(name)
+        return getattr(self._batches, name)
+
+
+def worker_death(split: str, workers: list[Any], error: Exception) -> str:
+    """The message for a worker that died: which one, by which signal or exit code, and what to do."""
+    dead = []
+    for number, worker in enumerate(workers):
+        code = getattr(worker, "exitcode", None)
+        if code is not None and code < 0:
+            name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+            dead.append(f"worker {number} (pid {worker.pid}) was killed by {name}")
+        elif code:
+            dead.append(f"worker {number} (pid {worker.pid}) exited with code {code}")
+    what = "; ".join(dead) or str(error)
+    return (f"a worker process of the {split} loader died: {what} ({error}). A worker killed by SIGKILL is most "
+            f"often stopped by the out-of-memory killer: lower num_workers, prefetch_factor or batch_size. A row "
+            f"that crashes its process (a decoder's segfault) cannot be left out by on_error; find it with "
+            f"num_workers=0")

@@ -17,10 +17,11 @@ from engine.multi.module import NamedDatasets, defer_to_named, is_named_datasets
 from engine.sampling.modes import packed_collator_name, resolve_batching, with_packed_reason
 from engine.seeded_collate import build_collator
 from engine.sources.adapt import MapSource
+from engine.sources.bad_rows import SkipReport, check_on_error
 from engine.sources.given import log_truncation, prepare_inputs, take_inputs
 from engine.sources.streams import check_resumable
 from engine.splits import SplitPlan
-from engine.state import TrainPosition, check_compatible, check_structure, module_identity
+from engine.state import SKIPPED_ROWS, TrainPosition, check_compatible, check_structure, module_identity
 from engine.tools.device import DeviceNormalize
 from engine.tools.summary import render_html, render_text
 from engine.tools.validation import validate_first_batch
@@ -60,6 +61,10 @@ class UniversalDataModule(lightning.LightningDataModule):
         max_tokens: Token budget per batch for 'token_budget' and 'packed' (else the spec's 'max_tokens').
         device_normalize: Vision: keep images uint8 in the loader, normalize on the device (on_after_batch_transfer).
         validate: At setup, check the first training batch against the spec; the report is ``dm.validation_report``.
+        on_error: A row whose read, decode or transform raises: 'raise' (name it in an error), 'skip' (leave it out of
+            its batch and record it in ``dm.skipped``) or 'warn' (the same, warning once per row).
+        max_skipped: With 'skip' or 'warn', the most rows one pass over a split may leave out: a count, or a fraction
+            of the split's rows (per rank); more raises. None: no cap.
         multi_config: Several named datasets only: how their batches interleave (a MultiDataLoaderConfig).
 
     Example:
@@ -81,6 +86,7 @@ class UniversalDataModule(lightning.LightningDataModule):
         collate_fn: Callable[..., Any] | None = None, collator_name: str | None = None,
         collator_kwargs: dict[str, Any] | None = None, batching: str | None = None, max_tokens: int | None = None,
         device_normalize: bool = False, validate: bool = False, multi_config: MultiDataLoaderConfig | None = None,
+        on_error: str = "raise", max_skipped: int | float | None = None,
     ) -> None:
         super().__init__()
         options.record_configuration(self, options.checkpoint_configuration(locals(), NOT_CHECKPOINTED))
@@ -95,6 +101,8 @@ class UniversalDataModule(lightning.LightningDataModule):
             train_data, val_data=val_data, test_data=test_data, predict_data=predict_data, task_spec=task_spec,
             tokenizer=tokenizer, val_split=val_split, test_split=test_split, shuffle=shuffle, seed=seed, uneven=uneven,
             multi_config=multi_config)
+        check_on_error(on_error, max_skipped, is_stream=self._stream is not None)
+        self.skipped = SkipReport(on_error, max_skipped)  # the rows left out by on_error='skip' or 'warn'
         self.task_spec, self.tokenizer, self.seed = task_spec, tokenizer, seed
         self.val_split, self.test_split, self.uneven, self.validate = val_split, test_split, uneven, validate
         self.rank, self.world_size = 0, 1
@@ -132,6 +140,7 @@ class UniversalDataModule(lightning.LightningDataModule):
             self._given, self._stream, self.task_spec, self.tokenizer, val_split=self.val_split,
             test_split=self.test_split, seed=self.seed, rank=self.rank, world_size=self.world_size)
         self.datasets = sources
+        self.skipped.apply_to(sources.values())
         self.truncation = log_truncation(sources.get("train"), self.task_spec, getattr(self.collator, "max_length",
                                                                                        None))
         for role, source in sources.items():  # spawned workers must be able to receive data and collator
@@ -157,7 +166,7 @@ class UniversalDataModule(lightning.LightningDataModule):
             self.setup()
             if "train" not in self.datasets:
                 raise ValueError("there is no train data: pass train_data=... to UniversalDataModule")
-            self._position.attach(self._new_train_loader())
+            self._position.attach(self.skipped.attach(self._new_train_loader()))
         return self._position.loader
 
     def _new_train_loader(self) -> StatefulDataLoader:
@@ -190,8 +199,8 @@ class UniversalDataModule(lightning.LightningDataModule):
         self.setup()
         if role not in self.datasets:
             return []
-        return self._factory.eval_dataloader(self.datasets[role], self.eval_config, role=role, rank=self.rank,
-                                             num_replicas=self.world_size)
+        return self.skipped.attach(self._factory.eval_dataloader(self.datasets[role], self.eval_config, role=role,
+                                                                 rank=self.rank, num_replicas=self.world_size))
 
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: Any, map_location: Any = None, **data: Any) -> Any:
@@ -211,7 +220,8 @@ class UniversalDataModule(lightning.LightningDataModule):
     @defer_to_named
     def state_dict(self) -> dict[str, Any]:
         """The identity (seed, fingerprints, options) and the train loader's position; microseconds to save."""
-        return {**self.identity(), **self._position.save()}
+        skipped = {} if self.skipped.on_error == "raise" else {SKIPPED_ROWS: self.skipped.state()}
+        return {**self.identity(), **self._position.save(), **skipped}
 
     @defer_to_named
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -223,6 +233,8 @@ class UniversalDataModule(lightning.LightningDataModule):
         check_compatible(state_dict, self.identity())  # not state_dict(): that would query the loader too
         if self._stream is not None and state_dict.get("train_loader"):
             check_resumable(self._stream)
+        if SKIPPED_ROWS in state_dict:
+            self.skipped.load_state(state_dict[SKIPPED_ROWS])
         self._position.load(state_dict, retired_because=(
             "UniversalDataModule.load_state_dict() replaced this train loader; call dm.train_dataloader() "
             "again and iterate the new loader to continue from the loaded state"))

@@ -8,7 +8,7 @@ from typing import Any
 
 from collators import CollatorRegistry, Resolution
 from engine.rng import content_seed, generator_from
-from engine.sources.adapt import named_error
+from engine.sources.bad_rows import WithSkippedRows, named_error
 from task_spec import TaskSpec
 
 
@@ -27,6 +27,8 @@ class SeededCollate:
     Rows from a stream have no indices: with ``content_seed_from=seed`` their generator derives from the
     seed and the rows themselves, so masks still do not depend on the worker that built the batch.
     Collators that take no generator (plain functions such as ``default_collate``) are called as they are.
+    A batch some of whose rows were left out (``on_error='skip'``) comes back as a ``WithSkippedRows``, which
+    the loader unwraps in the parent process.
     Picklable whenever the wrapped function is, so it works in spawned workers.
     """
 
@@ -36,6 +38,11 @@ class SeededCollate:
         self.content_seed_from = content_seed_from
 
     def __call__(self, rows: list[Any]) -> Any:
+        batch = self._collate(rows)
+        skipped = getattr(rows, "skipped", None)  # rows left out by on_error='skip' or 'warn'
+        return WithSkippedRows(batch, skipped) if skipped else batch
+
+    def _collate(self, rows: list[Any]) -> Any:
         try:
             if not self.takes_generator:
                 return self.collate_fn(rows)

@@ -29,6 +29,8 @@ BATCH_SIZE, SHUFFLE, DROP_LAST, UNEVEN = "batch_size", "shuffle", "drop_last", "
 BATCHING, MAX_TOKENS = "batching", "max_tokens"
 TRAIN_LOADER = "train_loader"
 """The train loader's own (torchdata) state: the sampler's epoch and position, and per-worker state."""
+SKIPPED_ROWS = "skipped_rows"
+"""With on_error='skip' or 'warn': how many training rows were left out so far (an integer; not the records)."""
 CHILDREN, MULTI = "children", "multi"
 """A module over several named datasets: each child's identity, and the multi-loader's state."""
 

@@ -3,5 +3,5 @@
 ``adapt`` wraps HF datasets, torch datasets and lists of tensors; ``files`` reads paths to files and folders with
 ``datasets``; ``inputs`` checks them against the TaskSpec; ``preprocess`` tokenizes raw text once; ``media``
 decodes image and audio columns to tensors; ``lengths`` reads row lengths from the columns; ``streams`` handles
-``datasets.IterableDataset`` inputs.
+``datasets.IterableDataset`` inputs; ``bad_rows`` names rows that fail to read, or leaves them out and records them.
 """

@@ -15,6 +15,8 @@ import torch
 from torch.utils.data import Dataset
 
 from engine.sources._arrow_fetch import ArrowBatchFetcher, ColumnBatch
+from engine.sources.bad_rows import DataRowError as DataRowError  # its home before bad_rows.py; still importable
+from engine.sources.bad_rows import SkippedRow, named_error, read_skipping
 from engine.sources.files import is_path_data, load_paths
 from engine.sources.kinds import ACCEPTED, TupleRows, columns_dataset, is_column_dict, tuple_fields
 
@@ -31,20 +33,8 @@ class RowBatch(list):
     rng_seed: int | None = None
     role: str = "data"
     indices: list[int] | None = None
-
-
-class DataRowError(RuntimeError):
-    """Reading or collating a row failed with an exception that cannot be rebuilt from a message alone."""
-
-
-def named_error(error: Exception, message: str) -> Exception:
-    """An exception of ``error``'s own type (so ``except ValueError`` still works, also from a worker, where torch
-    re-raises by type and message) whose message names the rows; ``DataRowError`` when the type needs more."""
-    try:
-        named = type(error)(f"{message} ({type(error).__name__}: {error})")
-    except Exception:  # the type takes other arguments (UnicodeDecodeError, ...)
-        named = DataRowError(f"{message} ({type(error).__name__}: {error})")
-    return named
+    skipped: list[SkippedRow] | None = None
+    """Rows left out because their read failed (``on_error='skip'`` or ``'warn'``); None when all read."""
 
 
 class MapSource(Dataset):
@@ -52,6 +42,8 @@ class MapSource(Dataset):
 
     role = "data"
     """The split this source serves (train, val, test, predict), named in errors."""
+    on_error = "raise"
+    """What a failing row does: 'raise' names it in an error; 'skip' and 'warn' leave it out of its batch."""
 
     def __getitem__(self, index: int) -> Any:
         return self._fetch([index])[0]
@@ -61,7 +53,11 @@ class MapSource(Dataset):
         try:
             rows = RowBatch(self._fetch(positions))
         except Exception as error:  # find the row (only now: no per-row cost on the way that works)
-            raise self.row_error(positions, error) from error
+            if self.on_error == "raise":
+                raise self.row_error(positions, error) from error
+            kept, positions, skipped = read_skipping(self, positions, error)
+            rows = RowBatch(kept)
+            rows.skipped = skipped
         rows.rng_seed, rows.role, rows.indices = getattr(indices, "rng_seed", None), self.role, positions
         return rows
 

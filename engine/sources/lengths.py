@@ -50,11 +50,11 @@ def _hf_lengths(dataset: Any, key: str | None) -> np.ndarray:
 
 
 def _row_lengths(source: MapSource, key: str | None, chunk: int = 1024) -> np.ndarray:
-    lengths = np.empty(len(source), dtype=np.int64)
+    lengths = np.zeros(len(source), dtype=np.int64)  # a row that fails to read (on_error='skip') measures 0
     for start in range(0, len(source), chunk):
-        rows = source.__getitems__(list(range(start, min(start + chunk, len(source)))))
-        for offset, row in enumerate(rows):
-            index = start + offset
+        positions = list(range(start, min(start + chunk, len(source))))
+        rows = source.__getitems__(positions)
+        for index, row in zip(getattr(rows, "indices", None) or positions, rows):  # the rows that were read
             if key is not None:
                 if not hasattr(row, "keys") or key not in row:
                     found = sorted(row) if hasattr(row, "keys") else type(row).__name__

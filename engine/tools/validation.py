@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from engine.sources.bad_rows import WithSkippedRows
 from engine.tools._batch_checks import CHECKS, Context
 from task_spec import TaskSpec
 
@@ -218,7 +219,8 @@ def first_batch(loader: DataLoader) -> Any:
                 return loader.collate_fn(dataset[indices])
             getitems = getattr(dataset, "__getitems__", None)
             rows = getitems(indices) if getitems is not None else [dataset[i] for i in indices]
-            return loader.collate_fn(rows)
+            batch = loader.collate_fn(rows)
+            return batch.batch if isinstance(batch, WithSkippedRows) else batch  # rows left out by on_error
     finally:
         random.setstate(py_state)
         np.random.set_state(np_state)
