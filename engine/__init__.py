@@ -16,6 +16,7 @@ from engine.sampling.seeded import SeededBatchSampler
 from engine.splits import SplitPlan, plan_splits
 from engine.tools.device import DeviceNormalize, normalize_on_device
 from engine.tools.monitor import DataMonitor, DataMonitorCallback
+from engine.tools.report import DataReport
 from engine.tools.split_files import create_loader, load_split_indices
 from engine.tools.steps import Batch, get_epoch_length, get_train_dataloader_steps, get_val_dataloader_steps
 from engine.tools.transfer import move_to_device
@@ -31,6 +32,7 @@ __all__ = [
     "DataModuleProtocol",
     "DataMonitor",
     "DataMonitorCallback",
+    "DataReport",
     "DeviceNormalize",
     "EpochLengthPolicy",
     "LengthGroupedBatchSampler",

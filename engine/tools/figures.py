@@ -92,7 +92,8 @@ def label_bars(counts: Mapping[str, Mapping[int, int]]) -> str:
         axes.bar(positions + index * width - 0.4 + width / 2, shares, width,
                  label=f"{split} ({sum(per_split.values())} rows)", color=COLORS[index % len(COLORS)])
     axes.set_xticks(positions, [str(label) for label in classes])
-    axes.legend(fontsize=8, frameon=False)
+    axes.set_ylim(0, axes.get_ylim()[1] * 1.3)  # headroom: the legend sits above the bars, not on them
+    axes.legend(fontsize=8, frameon=False, loc="upper center", ncol=max(1, len(counts)))
     _style(axes, "label distribution", "class", "% of the split's rows")
     return figure_html(figure, "labels", "Share of each class in each split (counts in the table).")
 

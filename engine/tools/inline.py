@@ -8,7 +8,8 @@ from pathlib import Path
 
 def html_page(title: str, body: str) -> str:
     """A complete, self-contained HTML page around ``body``."""
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head>"
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>body{{font-family:system-ui,sans-serif}}</style></head>"
             f"<body>{body}</body></html>")
 
 

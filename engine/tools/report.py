@@ -193,7 +193,8 @@ def build_report(dm: Any) -> DataReport:
                                            f"{padding['batching']} (this module)": padding["chosen"]}))
     if numbers["labels"]:
         plots.append(figures.label_bars(numbers["labels"]))
-    lines, images = sample_lines(batch, dm.tokenizer, SHOWN_ROWS)
+    lines, images = sample_lines(batch, dm.tokenizer, SHOWN_ROWS,
+                                 seq2seq=spec is not None and spec.task_type == "seq2seq")
     if images is not None:
         plots.append(images)
     title = f"UniversalDataModule report: {spec.name}" if spec is not None else "UniversalDataModule report"
