@@ -61,6 +61,7 @@ class DataReport:
                          f"{padding['chosen']:.1%}")
         for split, counts in self.numbers["labels"].items():
             lines.append(f"  labels {split}: " + ", ".join(f"{label}={count}" for label, count in counts.items()))
+        lines += [f"  not measured {split}: {why}" for split, why in self.numbers["skipped"].items()]
         lines += [f"  sample: {line}" for line in self.sample_lines]
         return "\n".join(lines)
 
@@ -132,7 +133,7 @@ def collect(dm: Any) -> tuple[dict[str, Any], dict[str, np.ndarray], Any]:
                 numbers["labels"][role] = counts
     train = dm.datasets.get("train")
     chosen = _chosen_batches(dm, train, key) if isinstance(train, MapSource) else None
-    if "train" in lengths and chosen is not None:
+    if "train" in lengths and chosen is not None and chosen[1]:
         plain = SeededBatchSampler(len(train), dm.train_config.batch_size, shuffle=True, seed=dm.train_config.seed
                                    or 0, drop_last=dm.train_config.drop_last, num_replicas=dm.world_size,
                                    rank=dm.rank, uneven=dm.uneven)

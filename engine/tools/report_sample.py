@@ -16,7 +16,9 @@ def sample_lines(batch: Any, tokenizer: Any, rows: int, *, seq2seq: bool = False
     """``(lines, image grid HTML or None)`` showing the first ``rows`` rows of ``batch``; with ``seq2seq``, each
     source row is followed by its target (the labels, without the ignored -100 positions)."""
     if not isinstance(batch, dict):
-        return ([] if batch is None else [f"a {type(batch).__name__} batch (not a dict of tensors)"]), None
+        items = batch if isinstance(batch, (list, tuple)) else [] if batch is None else [batch]
+        return ([f"{type(batch).__name__} of " + ", ".join(describe_value(item) for item in items)] if items
+                else []), None
     lines = [", ".join(f"{key} {describe_value(value)}" for key, value in batch.items())]
     labels = batch.get("labels")
     class_labels = labels.tolist() if isinstance(labels, torch.Tensor) and labels.dim() == 1 else None
