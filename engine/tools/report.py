@@ -82,7 +82,10 @@ class DataReport:
         if padding:
             rows.append(("padding", f"plain shuffle {padding['plain']:.1%}; {padding['batching']} (this module) "
                                     f"{padding['chosen']:.1%}"))
+        shown = {label for label, _ in self.summary}  # repr(dm)'s truncation line already says the train split's
         for split, cut in self.numbers["truncation"].items():
+            if split == "train" and "truncation" in shown:
+                continue
             rows.append((f"truncated {split}", f"{cut['long_rows']} of {cut['rows']} rows, {cut['lost_tokens']} of "
                                                f"{cut['tokens']} tokens"))
         rows += [(f"labels {split}", ", ".join(f"{label}: {count}" for label, count in counts.items()))
