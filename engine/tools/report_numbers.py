@@ -16,8 +16,9 @@ import numpy as np
 from engine.sources.adapt import HFSource, MapSource, TensorListSource
 from engine.sources.lengths import lengths_of
 
-ROW_PASS_LIMIT = 20_000
-"""Rows a source without columns is read one by one for the report; larger ones are not measured."""
+ROW_PASS_LIMIT = 10_000
+"""Rows a source without columns is read one by one for the report (each row fetched, images and audio decoded);
+larger ones are not measured."""
 
 
 def measured_lengths(source: Any, key: str | None) -> tuple[np.ndarray | None, str]:
