@@ -32,6 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true", help="fewer steps and smaller datasets")
     parser.add_argument("--max-steps", type=_positive, default=None, help="training steps per task")
     parser.add_argument("--tasks", type=_tasks, default=None, help="comma-separated subset of the tasks")
+    parser.add_argument("--reports", default="reports", metavar="DIR",
+                        help="folder for one HTML data report per task (default: reports); '' writes none")
     return parser
 
 
@@ -40,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from demo.run import TASKS, run_demo
 
-    rows = run_demo(quick=args.quick, max_steps=args.max_steps, tasks=args.tasks or TASKS)
+    rows = run_demo(quick=args.quick, max_steps=args.max_steps, tasks=args.tasks or TASKS,
+                    report_dir=args.reports or None)
     stuck = [row for row in rows if not row["loss_end"] < row["loss_start"]]
     for row in stuck:
         print(f"error: the {row['task']} loss did not fall ({row['loss_start']:.3f} -> "

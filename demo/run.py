@@ -12,6 +12,7 @@ import logging
 import time
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -82,8 +83,10 @@ BUILDERS: dict[str, Callable[[Any, bool], tuple[TaskSpec, Any, demo_models.DemoM
 }
 
 
-def run_task(task: str, *, steps: int, quick: bool = False, seed: int = 0, batch_size: int = 16) -> dict[str, Any]:
-    """Train the tiny model of ``task`` for ``steps`` steps and return the demo's row for it."""
+def run_task(task: str, *, steps: int, quick: bool = False, seed: int = 0, batch_size: int = 16,
+             report_dir: Path | None = None) -> dict[str, Any]:
+    """Train the tiny model of ``task`` for ``steps`` steps and return the demo's row for it; with ``report_dir``,
+    first write the module's HTML report (``dm.report()``) there as ``<task>.html``."""
     from engine import UniversalDataModule
 
     if task not in BUILDERS:
@@ -99,6 +102,7 @@ def run_task(task: str, *, steps: int, quick: bool = False, seed: int = 0, batch
                              val_split=0.1, num_workers=0, seed=seed,
                              batching="grouped" if spec.modality in ("text", "audio") else None)
     dm.setup("fit")
+    report = dm.report() if report_dir is not None else None  # before training: it leaves the loaders as they are
     val_batches = [batch for _, batch in zip(range(EVAL_BATCHES), dm.val_dataloader())]
     val_start = model.mean_loss(val_batches)
     trainer = L.Trainer(max_steps=steps, accelerator="cpu", devices=1, enable_progress_bar=True, logger=False,
@@ -125,6 +129,7 @@ def run_task(task: str, *, steps: int, quick: bool = False, seed: int = 0, batch
         "val_loss_start": val_start,
         "val_loss_end": model.mean_loss(val_batches),
         "seconds": time.perf_counter() - started,
+        "report": str(report.save(Path(report_dir) / f"{task}.html")) if report is not None else None,
     }
 
 
@@ -149,6 +154,7 @@ def format_row(row: dict[str, Any]) -> str:
                        f"of {row['steps']} steps)"),
         ("val loss", f"{row['val_loss_start']:.3f} -> {row['val_loss_end']:.3f}  ({EVAL_BATCHES} fixed batches)"),
         ("time", f"{row['seconds']:.1f} s"),
+        *([("report", row["report"])] if row.get("report") else []),
     ]
     title = f"{row['task']}: {row['spec']} ({row['task_type']} on {row['modality']})"
     width = max(len(title), *(17 + len(part) for _, value in cells for part in value.splitlines()))
@@ -157,7 +163,7 @@ def format_row(row: dict[str, Any]) -> str:
 
 
 def run_demo(quick: bool = False, max_steps: int | None = None, tasks: tuple[str, ...] = TASKS,
-             seed: int = 0) -> list[dict[str, Any]]:
+             seed: int = 0, report_dir: str | Path | None = None) -> list[dict[str, Any]]:
     """Train every demo task briefly, print one table per task, and return the rows.
 
     Args:
@@ -165,10 +171,12 @@ def run_demo(quick: bool = False, max_steps: int | None = None, tasks: tuple[str
         max_steps: Training steps per task; defaults to ``QUICK_STEPS`` in quick mode, else ``DEFAULT_STEPS``.
         tasks: Which tasks to run, a subset of ``TASKS``.
         seed: Seed of the splits, the batch order, the random masks and the model's initial weights.
+        report_dir: Write each task's data report (``dm.report()``, an HTML page with figures) here as
+            ``<task>.html``; its path is the row's ``report`` and is printed in the task's table.
 
     Returns:
         One dict per task with ``split_sizes``, ``collator``, ``reason``, ``batch_shapes``, ``padding_share``,
-        ``loss_start``, ``loss_end`` (and the validation losses, steps and seconds).
+        ``loss_start``, ``loss_end`` (and the validation losses, steps, seconds and the report's path or None).
 
     Raises:
         ValueError: If ``max_steps`` is not a positive int or a task is unknown.
@@ -195,7 +203,8 @@ def run_demo(quick: bool = False, max_steps: int | None = None, tasks: tuple[str
             warnings.filterwarnings("ignore", message=".*does not have many workers.*")
             warnings.filterwarnings("ignore", message=".*(val_dataloader|validation_step).*")
             for task in tasks:
-                row = run_task(task, steps=steps, quick=quick, seed=seed)
+                row = run_task(task, steps=steps, quick=quick, seed=seed,
+                               report_dir=Path(report_dir) if report_dir is not None else None)
                 print(format_row(row), flush=True)
                 print(flush=True)
                 rows.append(row)
@@ -205,4 +214,6 @@ def run_demo(quick: bool = False, max_steps: int | None = None, tasks: tuple[str
     total = sum(row["seconds"] for row in rows)
     falling = sum(row["loss_end"] < row["loss_start"] for row in rows)
     print(f"{len(rows)} tasks in {total:.1f} s; the training loss fell in {falling} of {len(rows)}.", flush=True)
+    if report_dir is not None:
+        print(f"data reports (open in a browser): {Path(report_dir).resolve()}/<task>.html", flush=True)
     return rows

@@ -18,6 +18,7 @@ from engine.sources.bad_rows import SkippedRow, SkipReport
 from engine.splits import SplitPlan, plan_splits
 from engine.tools.device import DeviceNormalize, normalize_on_device
 from engine.tools.monitor import DataMonitor, DataMonitorCallback
+from engine.tools.report import DataReport
 from engine.tools.skipped import SkippedRowsCallback
 from engine.tools.split_files import create_loader, load_split_indices
 from engine.tools.steps import Batch, get_epoch_length, get_train_dataloader_steps, get_val_dataloader_steps
@@ -34,6 +35,7 @@ __all__ = [
     "DataModuleProtocol",
     "DataMonitor",
     "DataMonitorCallback",
+    "DataReport",
     "DeviceNormalize",
     "EpochLengthPolicy",
     "LengthGroupedBatchSampler",

@@ -23,6 +23,7 @@ from engine.sources.streams import check_resumable
 from engine.splits import SplitPlan
 from engine.state import SKIPPED_ROWS, TrainPosition, check_compatible, check_structure, module_identity
 from engine.tools.device import DeviceNormalize
+from engine.tools.report import DataReport, build_report
 from engine.tools.summary import render_html, render_text
 from engine.tools.validation import validate_first_batch
 from task_spec import TaskSpec
@@ -249,7 +250,17 @@ class UniversalDataModule(lightning.LightningDataModule):
 
     @defer_to_named
     def _repr_html_(self) -> str:
-        return render_html(self)
+        """The notebook view: the report with its figures once set up (:meth:`report`), else the short table."""
+        return build_report(self)._repr_html_() if self.datasets else render_html(self)
+
+    def report(self) -> DataReport:
+        """What to check before training, read from the columns: split sizes, the collator and why, lengths and
+        padding, truncation, labels and the first batch, with figures (runs ``setup()``); see
+        :class:`engine.tools.report.DataReport`."""
+        if self.named is not None:
+            raise ValueError(f"report() describes one dataset, but this module holds several: "
+                             f"{sorted(self.children)}; call dm.children[name].report() for each")
+        return build_report(self)
 
 
 class MultiDataModule(UniversalDataModule):

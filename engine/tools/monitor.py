@@ -18,6 +18,7 @@ import psutil
 import torch
 
 from engine._checks import check_int
+from engine.tools.inline import InlineFigure
 
 MB = 1024 * 1024
 
@@ -100,6 +101,9 @@ class DataMonitor:
         """Forget everything measured; the clock restarts now."""
         self.batches = self.samples = self.tokens = self._mask_ones = self._mask_positions = 0
         self.wait_s = 0.0
+        self._waits: list[float] = []
+        self._fetch_starts: list[float] = []  # when each batch was asked for: its step starts there
+        self._last_end: float | None = None
         self.rss_mb = self.worker_rss_mb = self.peak_rss_mb = 0.0
         self._start = time.perf_counter()
         self._stop: float | None = None
@@ -121,6 +125,7 @@ class DataMonitor:
                 batch = next(iterator)
             except StopIteration:
                 self.wait_s += time.perf_counter() - start
+                self.end_step(start)  # the last step ended when the loop asked for one more batch
                 return
             self.record(batch, wait_s=time.perf_counter() - start)
             yield batch
@@ -128,6 +133,8 @@ class DataMonitor:
     def record(self, batch: Any, wait_s: float = 0.0) -> None:
         """Count one batch that took ``wait_s`` seconds to arrive."""
         samples, tokens, ones, positions = batch_counts(batch)
+        self._fetch_starts.append(time.perf_counter() - wait_s)
+        self._waits.append(wait_s)
         self.batches += 1
         self.samples += samples
         self.tokens += tokens
@@ -136,6 +143,31 @@ class DataMonitor:
         self.wait_s += wait_s
         if self.batches % self.memory_every == 1 or self.memory_every == 1:
             self.sample_memory()
+
+    def end_step(self, now: float | None = None) -> None:
+        """Mark the end of the last batch's step (``wrap`` and the callback do this); it closes the timeline."""
+        self._last_end = time.perf_counter() if now is None else now
+
+    def timeline(self) -> tuple[list[float], list[float]]:
+        """``(wait_s, step_s)`` per batch: the wait for the batch, and its whole step (the wait plus the work
+        until the next batch was asked for). A last step not yet ended is left out of both."""
+        ends = [*self._fetch_starts[1:], *([self._last_end] if self._last_end is not None else [])]
+        steps = [end - start for start, end in zip(self._fetch_starts, ends)]
+        return self._waits[: len(steps)], steps
+
+    def plot_timeline(self) -> InlineFigure:
+        """The data-wait timeline as a figure (inline SVG): per step, the wait for data beside the step's time.
+
+        Raises:
+            ValueError: no step has been timed yet.
+        """
+        from engine.tools.figures import wait_timeline
+
+        waits, steps = self.timeline()
+        if not steps:
+            raise ValueError("the monitor has timed no step yet; iterate monitor.wrap(loader) (or train with "
+                             "DataMonitorCallback) before plot_timeline()")
+        return InlineFigure(wait_timeline(waits, steps), title="data-wait timeline")
 
     def sample_memory(self) -> None:
         """Read the RSS of this process and of its children now."""
@@ -197,6 +229,7 @@ class DataMonitorCallback(lightning.Callback):
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         self._last_end = time.perf_counter()
+        self.monitor.end_step(self._last_end)
         if self.monitor.batches % self.log_every_n_steps == 0:
             self._log(pl_module, on_step=True)
 

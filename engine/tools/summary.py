@@ -11,8 +11,18 @@ import torch
 from engine.sources.lengths import describe_truncation
 
 
-def summary_rows(dm: Any) -> list[tuple[str, str]]:
-    """(label, value) pairs describing ``dm``; batch shapes appear once ``setup()`` has run."""
+def collator_line(dm: Any) -> dict[str, str]:
+    """The collator's class, the registry entry that made it (if any) and why that entry was chosen."""
+    resolution = dm.collator_resolution
+    return {"class": getattr(dm.collator, "__qualname__", None) or type(dm.collator).__name__,
+            "name": resolution.chosen.name if resolution is not None else "collate_fn",
+            "reason": resolution.reason if resolution is not None else "collate_fn was given"}
+
+
+def summary_rows(dm: Any, *, shapes: bool = True) -> list[tuple[str, str]]:
+    """(label, value) pairs describing ``dm``; batch shapes appear once ``setup()`` has run (and ``shapes``).
+
+    The collator is one short line, its class, registry name and reason; its options are ``repr(dm.collator)``."""
     spec = dm.task_spec
     task = f"{spec.name} ({spec.modality}, {spec.task_type})" if spec is not None else "none (default collator)"
     rows = [("task", task)]
@@ -23,17 +33,16 @@ def summary_rows(dm: Any) -> list[tuple[str, str]]:
     else:
         sizes = ", ".join(f"{role}={len(source)}" for role, source in dm._given.items())
         rows.append(("data", f"{sizes} (splits after setup(); val_split={dm.val_split!r})"))
-    resolution = dm.collator_resolution
-    why = f"{resolution.chosen.name!r}: {resolution.reason}" if resolution is not None else "collate_fn was given"
-    rows.append(("collator", f"{dm.collator!r} [{why}]"))
+    collator = collator_line(dm)
+    rows.append(("collator", f"{collator['class']} from {collator['name']!r}: {collator['reason']}"))
     config = dm.train_config
     rows.append(("loader", f"batch_size={config.batch_size}, shuffle={config.shuffle}, "
                            f"num_workers={config.num_workers}, drop_last={config.drop_last}"))
     if getattr(dm, "truncation", None) and dm.truncation["long_rows"]:
         rows.append(("truncation", describe_truncation(dm.truncation, dm.collator.max_length)))
-    shapes = batch_shapes(dm)
-    if shapes:
-        rows.append(("batch", ", ".join(f"{key}: {shape}" for key, shape in shapes.items())))
+    shown = batch_shapes(dm) if shapes else {}
+    if shown:
+        rows.append(("batch", ", ".join(f"{key}: {shape}" for key, shape in shown.items())))
     return rows
 
 
@@ -51,7 +60,7 @@ def batch_shapes(dm: Any) -> dict[str, str]:
     batch = dm.collator(rows)
     items = batch.items() if isinstance(batch, dict) else enumerate(batch if isinstance(batch, (list, tuple))
                                                                      else [batch])
-    return {str(key): _describe(value) for key, value in items}
+    return {str(key): describe_value(value) for key, value in items}
 
 
 def _within_budget(rows: list[Any], max_tokens: int, max_length: int | None) -> list[Any]:
@@ -65,21 +74,26 @@ def _within_budget(rows: list[Any], max_tokens: int, max_length: int | None) -> 
     return rows
 
 
-def _describe(value: Any) -> str:
+def describe_value(value: Any) -> str:
+    """``[shape] dtype`` of a tensor, else the value's type name."""
     if isinstance(value, torch.Tensor):
         return f"{list(value.shape)} {str(value.dtype).removeprefix('torch.')}"
     return type(value).__name__
 
 
 def render_text(dm: Any) -> str:
+    """``repr(dm)``: one short line per item; the collator's options are ``repr(dm.collator)``."""
     body = "\n".join(f"  {label}: {value}" for label, value in summary_rows(dm))
     return f"UniversalDataModule(\n{body}\n)"
 
 
 def render_html(dm: Any) -> str:
+    """The notebook table of a module not yet set up: the summary, the collator's options behind a <details>."""
     cells = "".join(
         f"<tr><th style='text-align:left'>{html.escape(label)}</th><td style='text-align:left'>"
         f"{html.escape(value)}</td></tr>"
         for label, value in summary_rows(dm)
     )
-    return f"<table><caption>UniversalDataModule</caption>{cells}</table>"
+    return (f"<table><caption>UniversalDataModule</caption>{cells}</table><details><summary>collator options"
+            f"</summary><code>{html.escape(repr(dm.collator))}</code></details>"
+            f"<p>dm.report() sets up the splits and shows their lengths, padding and labels, with figures.</p>")

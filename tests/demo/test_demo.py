@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -68,13 +69,31 @@ class TestRunDemo:
 
 
 class TestCli:
-    def test_exit_code_zero_on_success(self):
+    def test_exit_code_zero_on_success_and_the_report_is_written_where_it_says(self, tmp_path):
         result = subprocess.run(
-            [sys.executable, "-m", "engine", "demo", "--tasks", "cls", "--max-steps", "6"],
-            cwd=ROOT, capture_output=True, text=True, timeout=120,
+            [sys.executable, "-m", "engine", "demo", "--tasks", "cls", "--max-steps", "6", "--reports",
+             str(tmp_path / "reports")], cwd=ROOT, capture_output=True, text=True, timeout=120,
         )
         assert result.returncode == 0, result.stderr
         assert "cls: cls_tiny" in result.stdout
+        page = tmp_path / "reports" / "cls.html"
+        assert f"  report         {page}" in result.stdout and page.read_text(encoding="utf-8").count("<svg") == 4
+        assert f"data reports (open in a browser): {tmp_path / 'reports'}/<task>.html" in result.stdout
+
+
+class TestReports:
+    def test_each_task_writes_a_report_with_its_figures_and_numbers(self, tmp_path):
+        rows = demo.run_demo(max_steps=2, tasks=("lm", "vision", "audio"), report_dir=tmp_path, quick=True)
+        expected = {"lm": ["lengths-train", "lengths-val", "padding"],
+                    "vision": ["labels", "sample-images"],
+                    "audio": ["lengths-train", "lengths-val", "padding", "labels"]}
+        for row in rows:
+            page = Path(row["report"]).read_text(encoding="utf-8")
+            assert row["report"] == str(tmp_path / f"{row['task']}.html")
+            assert re.findall(r'data-plot="([^"]+)"><svg', page) == expected[row["task"]], row["task"]
+            sizes = row["split_sizes"]
+            assert f"train={sizes['train']}, val={sizes['val']} (seed=0)" in page
+            assert f"{row['collator']!r}".replace("'", "&#x27;") in page
 
     def test_exit_code_one_when_a_loss_does_not_fall(self, monkeypatch, capsys):
         stuck = {"task": "lm", "loss_start": 1.0, "loss_end": 1.5}

@@ -126,7 +126,67 @@ class TestDataMonitorCallback:
         assert metrics["data/wait_s"].item() > 0 and metrics["data/rss_mb"].item() > 0
         assert set(callback.last_logged) >= {"data/batches_per_s", "data/samples_per_s", "data/tokens_per_s",
                                               "data/wait_share", "data/worker_rss_mb"}
+        waits, steps = callback.monitor.timeline()  # every step closed by on_train_batch_end
+        assert len(waits) == len(steps) == 6 and all(step >= wait >= 0 for wait, step in zip(waits, steps))
 
     def test_rejects_bad_log_interval(self):
         with pytest.raises(ValueError, match="log_every_n_steps should be a positive integer"):
             DataMonitorCallback(log_every_n_steps=0)
+
+
+class FakeClock:
+    """``time.perf_counter`` for the monitor, advanced by hand: waits and steps become exact numbers."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def perf_counter(self):
+        return self.now
+
+
+class TestTimeline:
+    def clocked(self, monkeypatch):
+        from engine.tools import monitor as monitor_module
+
+        clock = FakeClock()
+        monkeypatch.setattr(monitor_module, "time", clock)
+        return clock, DataMonitor()
+
+    def test_wrap_records_each_wait_and_each_whole_step(self, monkeypatch):
+        clock, monitor = self.clocked(monkeypatch)
+        waits, work = [0.5, 0.0, 2.0], [1.0, 3.0, 0.25]
+
+        def loader():
+            for wait in waits:
+                clock.now += wait  # the time next() takes
+                yield {"input_ids": torch.ones(2, 3, dtype=torch.long)}
+
+        for index, _ in enumerate(monitor.wrap(loader())):
+            clock.now += work[index]  # the training step's own work
+        assert monitor.timeline() == (waits, [wait + busy for wait, busy in zip(waits, work)])
+
+    def test_a_step_not_yet_ended_is_left_out(self, monkeypatch):
+        clock, monitor = self.clocked(monkeypatch)
+        monitor.record(torch.zeros(2, 1), wait_s=0.0)
+        clock.now += 1.0
+        assert monitor.timeline() == ([], [])
+        monitor.record(torch.zeros(2, 1), wait_s=0.5)  # asked for at now - 0.5: the first step ended there
+        assert monitor.timeline() == ([0.0], [0.5])
+        clock.now += 2.0
+        monitor.end_step()
+        assert monitor.timeline() == ([0.0, 0.5], [0.5, 2.5])
+
+    def test_plot_timeline_draws_one_svg_figure(self, tmp_path):
+        monitor = DataMonitor()
+        for _ in monitor.wrap(text_batches()):
+            pass
+        figure = monitor.plot_timeline()
+        page = figure._repr_html_()
+        assert page.startswith('<figure class="udm-plot" data-plot="wait-timeline"><svg') and page.count("<svg") == 1
+        assert "data wait per step" in page and "waiting for data" in page
+        saved = figure.save(tmp_path / "timeline.html").read_text(encoding="utf-8")
+        assert saved.startswith("<!doctype html>") and page in saved
+
+    def test_plot_timeline_before_any_step_says_what_to_do(self):
+        with pytest.raises(ValueError, match=r"the monitor has timed no step yet; iterate monitor.wrap\(loader\)"):
+            DataMonitor().plot_timeline()

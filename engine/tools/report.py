@@ -1,0 +1,206 @@
+"""``dm.report()``: what to check before training, with figures, for a notebook cell or a saved HTML page.
+
+Split sizes; the collator chosen and why (its options behind a ``<details>``); a length histogram per split
+(text and audio); the padding share of plain shuffled batches beside the module's own batching over one epoch;
+rows cut by ``max_length``; the label distribution; and the first training batch, decoded. The numbers come
+from the columns (:mod:`engine.tools.report_numbers`), so a million rows take well under a second; figures are
+inline SVG (:mod:`engine.tools.figures`).
+"""
+
+from __future__ import annotations
+
+import html
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.factory import batch_sampler_for
+from engine.rng import batch_seed
+from engine.sampling.base import BatchIndices
+from engine.sampling.seeded import SeededBatchSampler
+from engine.seeded_collate import SeededCollate
+from engine.sources.adapt import MapSource
+from engine.sources.inputs import token_field
+from engine.tools import report_numbers as measure
+from engine.tools.inline import save_page
+from engine.tools.summary import collator_line, describe_value, summary_rows
+
+SPLITS = ("train", "val", "test", "predict")
+SHOWN_ROWS = 8
+"""Rows of the sample batch shown decoded (its shapes are those of the whole batch)."""
+MEASURED = ("text", "audio")
+"""Modalities whose rows have a length worth a histogram and a padding share."""
+STYLE = ("<style>.udm-report{font-family:system-ui,sans-serif;font-size:13px;max-width:1180px}"
+         ".udm-report table{border-collapse:collapse;margin:4px 0}.udm-report th,.udm-report td{text-align:left;"
+         "padding:2px 10px 2px 0;vertical-align:top}.udm-report .plots{display:flex;flex-wrap:wrap;gap:8px}"
+         ".udm-report figure{margin:0}.udm-report figcaption{font-size:11px;color:#555}"
+         ".udm-report code{font-size:12px;white-space:pre-wrap}</style>")
+
+
+@dataclass
+class DataReport:
+    """A data module's report: ``numbers`` (plain data), ``figures`` (HTML), ``str()`` text, ``save(path)`` a page."""
+
+    title: str
+    numbers: dict[str, Any]
+    summary: list[tuple[str, str]]
+    collator_repr: str
+    figures: list[str] = field(default_factory=list)
+    sample_lines: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        lines = [self.title, *(f"  {label}: {value}" for label, value in self.summary)]
+        for split, stats in self.numbers["lengths"].items():
+            lines.append(f"  lengths {split}: " + (", ".join(f"{k}={_fmt(v)}" for k, v in stats.items())))
+        padding = self.numbers["padding"]
+        if padding:
+            lines.append(f"  padding: plain shuffle {padding['plain']:.1%}, {padding['batching']} (this module) "
+                         f"{padding['chosen']:.1%}")
+        for split, counts in self.numbers["labels"].items():
+            lines.append(f"  labels {split}: " + ", ".join(f"{label}={count}" for label, count in counts.items()))
+        lines += [f"  not measured {split}: {why}" for split, why in self.numbers["skipped"].items()]
+        lines += [f"  sample: {line}" for line in self.sample_lines]
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        table = "".join(f"<tr><th>{html.escape(label)}</th><td>{html.escape(value)}</td></tr>"
+                        for label, value in [*self.summary, *self._number_rows()])
+        details = (f"<details><summary>collator options</summary><code>{html.escape(self.collator_repr)}</code>"
+                   f"</details>")
+        sample = "".join(f"<li><code>{html.escape(line)}</code></li>" for line in self.sample_lines)
+        return (f'<div class="udm-report">{STYLE}<h3>{html.escape(self.title)}</h3><table>{table}</table>{details}'
+                f'<div class="plots">{"".join(self.figures)}</div>'
+                f"<h4>first train batch</h4><ul>{sample}</ul></div>")
+
+    def _number_rows(self) -> list[tuple[str, str]]:
+        rows = [(f"lengths {split}", ", ".join(f"{k}={_fmt(v)}" for k, v in stats.items()))
+                for split, stats in self.numbers["lengths"].items()]
+        padding = self.numbers["padding"]
+        if padding:
+            rows.append(("padding", f"plain shuffle {padding['plain']:.1%}; {padding['batching']} (this module) "
+                                    f"{padding['chosen']:.1%}"))
+        shown = {label for label, _ in self.summary}  # repr(dm)'s truncation line already says the train split's
+        for split, cut in self.numbers["truncation"].items():
+            if split == "train" and "truncation" in shown:
+                continue
+            rows.append((f"truncated {split}", f"{cut['long_rows']} of {cut['rows']} rows, {cut['lost_tokens']} of "
+                                               f"{cut['tokens']} tokens"))
+        rows += [(f"labels {split}", ", ".join(f"{label}: {count}" for label, count in counts.items()))
+                 for split, counts in self.numbers["labels"].items()]
+        rows += [(f"not measured {split}", why) for split, why in self.numbers["skipped"].items()]
+        return rows
+
+    def save(self, path: str | Path) -> Path:
+        """Write the report as one self-contained HTML page (figures inline) and return its path."""
+        return save_page(path, self.title, self._repr_html_())
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.1f}" if isinstance(value, float) else str(value)
+
+
+def collect(dm: Any) -> tuple[dict[str, Any], dict[str, np.ndarray], Any]:
+    """``(numbers, lengths per split, the first train batch)`` of a set-up module, all read from the columns."""
+    spec, collator = dm.task_spec, dm.collator
+    key = token_field(spec) if spec is not None else None
+    measured = spec is not None and spec.modality in MEASURED
+    max_length = getattr(collator, "max_length", None)
+    numbers: dict[str, Any] = {
+        "split_sizes": {role: size for role, size in dm.split_sizes.items() if size != 0},
+        "collator": collator_line(dm), "batching": dm.batching, "lengths": {}, "length_how": {}, "padding": None,
+        "truncation": {}, "labels": {}, "label_how": {}, "skipped": {},
+    }
+    lengths: dict[str, np.ndarray] = {}
+    for role in SPLITS:
+        source = dm.datasets.get(role)
+        if source is None:
+            continue
+        if measured:
+            values, how = measure.measured_lengths(source, key)
+            numbers["length_how"][role] = how
+            if values is None:
+                numbers["skipped"][role] = how
+            else:
+                lengths[role] = values
+                numbers["lengths"][role] = measure.length_stats(values)
+                cut = measure.truncation(values, max_length)
+                if cut is not None and cut["long_rows"]:
+                    numbers["truncation"][role] = cut
+        if spec is not None and spec.task_type in ("classification", "regression") and role != "predict":
+            counts, how = measure.label_counts(source, spec.target_field, spec.num_classes)
+            numbers["label_how"][role] = how
+            if counts is not None:
+                numbers["labels"][role] = counts
+    train = dm.datasets.get("train")
+    chosen = _chosen_batches(dm, train, key) if isinstance(train, MapSource) else None
+    if "train" in lengths and chosen is not None and chosen[1]:
+        plain = SeededBatchSampler(len(train), dm.train_config.batch_size, shuffle=True, seed=dm.train_config.seed
+                                   or 0, drop_last=dm.train_config.drop_last, num_replicas=dm.world_size,
+                                   rank=dm.rank, uneven=dm.uneven)
+        numbers["padding"] = {"plain": measure.plain_padding_share(plain, lengths["train"], collator),
+                              "chosen": measure.padding_share(chosen[1], lengths["train"], collator),
+                              "batching": dm.batching}
+    batch = _first_batch(dm, train, chosen)
+    numbers["sample_batch"] = _shapes(batch)
+    return numbers, lengths, batch
+
+
+def _chosen_batches(dm: Any, train: MapSource, key: str | None) -> tuple[int, list[list[int]]]:
+    """(seed, epoch 0's batches) of the module's own training sampler, built afresh (the loader is untouched)."""
+    config = dm.train_config
+    sampler = batch_sampler_for(train, batching=dm.batching, batch_size=config.batch_size, max_tokens=dm.max_tokens,
+                                key=key, seed=config.seed or 0, shuffle=config.shuffle, drop_last=config.drop_last,
+                                num_replicas=dm.world_size, rank=dm.rank, uneven=dm.uneven)
+    return sampler.seed, sampler.epoch_batches(0)
+
+
+def _first_batch(dm: Any, train: Any, chosen: tuple[int, list[list[int]]] | None) -> Any:
+    """The first batch of epoch 0 as the train loader builds it (same rows, same seed); a stream's first rows."""
+    if train is None:
+        return None
+    if chosen is None:  # a stream: its first rows, in its order
+        return dm.collator(list(itertools.islice(iter(train.stream), dm.train_config.batch_size)))
+    seed, batches = chosen
+    if not batches:
+        return None
+    indices = BatchIndices(batches[0])
+    indices.rng_seed = batch_seed(seed, 0, indices)
+    return SeededCollate(dm.collator)(train.__getitems__(indices))
+
+
+def _shapes(batch: Any) -> dict[str, str]:
+    if batch is None:
+        return {}
+    items = batch.items() if isinstance(batch, dict) else enumerate(batch if isinstance(batch, (list, tuple))
+                                                                     else [batch])
+    return {str(key): describe_value(value) for key, value in items}
+
+
+def build_report(dm: Any) -> DataReport:
+    """The report of ``dm`` (set up first if needed): numbers from the columns, figures drawn with matplotlib."""
+    from engine.tools import figures
+    from engine.tools.report_sample import sample_lines
+
+    dm.setup()
+    numbers, lengths, batch = collect(dm)
+    spec = dm.task_spec
+    unit = "samples" if spec is not None and spec.modality == "audio" else "tokens"
+    plots = [figures.length_histogram(values, split=role, unit=unit, max_length=getattr(dm.collator, "max_length",
+                                                                                          None))
+             for role, values in lengths.items()]
+    padding = numbers["padding"]
+    if padding:
+        plots.append(figures.padding_bars({"plain shuffle": padding["plain"],
+                                           f"{padding['batching']} (this module)": padding["chosen"]}))
+    if numbers["labels"]:
+        plots.append(figures.label_bars(numbers["labels"]))
+    lines, images = sample_lines(batch, dm.tokenizer, SHOWN_ROWS,
+                                 seq2seq=spec is not None and spec.task_type == "seq2seq")
+    if images is not None:
+        plots.append(images)
+    title = f"UniversalDataModule report: {spec.name}" if spec is not None else "UniversalDataModule report"
+    return DataReport(title=title, numbers=numbers, summary=summary_rows(dm, shapes=False),
+                      collator_repr=repr(dm.collator), figures=plots, sample_lines=lines)

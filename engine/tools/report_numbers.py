@@ -1,0 +1,155 @@
+"""The numbers behind ``dm.report()``, read from the columns: row lengths, padding shares, truncation, labels.
+
+Everything is computed with numpy over Arrow offsets, flat-buffer shapes or an Arrow label column, so a million
+rows take well under a second. A source without columns (a map-style torch ``Dataset``) is read row by row only
+up to :data:`ROW_PASS_LIMIT` rows, and the report says that it did; beyond that the number is left out and the
+report says why, rather than stalling a notebook.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+from engine.sources.adapt import HFSource, MapSource, TensorListSource
+from engine.sources.lengths import lengths_of
+
+ROW_PASS_LIMIT = 10_000
+"""Rows a source without columns is read one by one for the report (each row fetched, images and audio decoded);
+larger ones are not measured."""
+
+
+def measured_lengths(source: Any, key: str | None) -> tuple[np.ndarray | None, str]:
+    """``(lengths, how they were read)``; ``(None, why not)`` where the rows have no length to read cheaply."""
+    if not isinstance(source, MapSource):
+        return None, "a stream: its length is unknown until it is read"
+    if isinstance(source, HFSource):
+        how = "Arrow list offsets"
+    elif isinstance(source, TensorListSource):
+        how = "flat-buffer shapes"
+    elif len(source) <= ROW_PASS_LIMIT:
+        how = f"a pass over its {len(source)} rows (no length column)"
+    else:
+        return None, f"not measured: {len(source)} rows without a length column (a row pass is over {ROW_PASS_LIMIT})"
+    try:
+        return lengths_of(source, key), how
+    except (KeyError, TypeError) as error:
+        return None, f"not measured: {error}"
+
+
+def length_stats(lengths: np.ndarray) -> dict[str, float]:
+    """Rows, total length (tokens or samples), min, mean, median, 95th percentile and max of ``lengths``."""
+    if not len(lengths):
+        return {"rows": 0, "total": 0}
+    low, median, p95, high = np.percentile(lengths, [0, 50, 95, 100])
+    return {"rows": int(len(lengths)), "total": int(lengths.sum()), "min": int(low), "mean": float(lengths.mean()),
+            "median": float(median), "p95": float(p95), "max": int(high)}
+
+
+def padded_widths(longest: np.ndarray, collator: Any) -> np.ndarray:
+    """Vectorized :func:`collators._padding.padded_length` of each batch's longest row under ``collator``'s options."""
+    max_length = getattr(collator, "max_length", None)
+    widths = np.minimum(longest, max_length) if max_length is not None else longest.copy()
+    if getattr(collator, "padding", "longest") == "max_length" and max_length is not None:
+        widths[:] = max_length
+    else:
+        buckets = np.asarray(getattr(collator, "pad_to_buckets", None) or (), dtype=np.int64)
+        if len(buckets):
+            fitting = np.searchsorted(buckets, widths)  # the smallest bucket >= width; the collator refuses others
+            widths = np.where(fitting < len(buckets), buckets[np.minimum(fitting, len(buckets) - 1)], widths)
+    multiple = getattr(collator, "pad_to_multiple_of", None)
+    if multiple:
+        widths = -(-widths // multiple) * multiple
+    return widths
+
+
+def padding_share(batches: list[list[int]], lengths: np.ndarray, collator: Any = None) -> float | None:
+    """Share of padded positions holding no data over ``batches`` (a sampler's epoch), the collator's truncation
+    and rounding applied; None for no batches. One ``reduceat`` over the flattened batches, no loop over rows."""
+    sizes = np.fromiter(map(len, batches), dtype=np.int64, count=len(batches))
+    flat = np.fromiter(itertools.chain.from_iterable(batches), dtype=np.int64, count=int(sizes.sum()))
+    return padding_share_of_order(flat, sizes, lengths, collator)
+
+
+def padding_share_of_order(order: np.ndarray, sizes: np.ndarray, lengths: np.ndarray,
+                           collator: Any = None) -> float | None:
+    """:func:`padding_share` of the batches that cut ``order`` (row indices) into consecutive ``sizes``."""
+    if not len(sizes):
+        return None
+    rows = lengths[order[: int(sizes.sum())]]
+    max_length = getattr(collator, "max_length", None)
+    if max_length is not None:
+        rows = np.minimum(rows, max_length)
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    padded = int((padded_widths(np.maximum.reduceat(rows, starts), collator) * sizes).sum())
+    return 1.0 - int(rows.sum()) / padded if padded else 0.0
+
+
+def plain_padding_share(sampler: Any, lengths: np.ndarray, collator: Any = None) -> float | None:
+    """:func:`padding_share` of epoch 0 of a :class:`SeededBatchSampler`, from its order without building lists
+    of batches: the order cut into ``batch_size`` rows, the last batch short (or dropped with ``drop_last``)."""
+    order = np.fromiter(sampler.rank_indices(0), dtype=np.int64)
+    full, rest = divmod(len(order), sampler.batch_size)
+    sizes = np.full(full + (rest > 0 and not sampler.drop_last), sampler.batch_size, dtype=np.int64)
+    if rest and not sampler.drop_last:
+        sizes[-1] = rest
+    return padding_share_of_order(order, sizes, lengths, collator)
+
+
+def truncation(lengths: np.ndarray, max_length: int | None) -> dict[str, int] | None:
+    """``{rows, long_rows, tokens, lost_tokens}`` of cutting ``lengths`` to ``max_length`` (as ``dm.truncation``)."""
+    if max_length is None:
+        return None
+    over = np.maximum(lengths - max_length, 0)
+    return {"rows": int(len(lengths)), "long_rows": int((over > 0).sum()), "tokens": int(lengths.sum()),
+            "lost_tokens": int(over.sum())}
+
+
+def label_counts(source: Any, field: str | None, num_classes: int | None) -> tuple[dict[int, int] | None, str]:
+    """``({class: rows}, how)`` of an integer class label per row; ``(None, why not)`` where there is none."""
+    if field is None:
+        return None, "the task has no target field"
+    if not isinstance(source, MapSource):
+        return None, "a stream: its labels are unknown until it is read"
+    if isinstance(source, TensorListSource):
+        return None, "a list of tensors holds inputs only, no labels"
+    if isinstance(source, HFSource):
+        values, how = _arrow_labels(source, field), "the Arrow label column"
+    elif len(source) <= ROW_PASS_LIMIT:
+        values, how = _row_labels(source, field), f"a pass over its {len(source)} rows (no label column)"
+    else:
+        return None, f"not counted: {len(source)} rows without a label column (a row pass is over {ROW_PASS_LIMIT})"
+    if values is None:
+        return None, f"no integer class label under {field!r}"
+    values = values[values >= 0]  # -100 and other negative labels are ignored by the loss
+    counts = np.bincount(values, minlength=num_classes or 0) if len(values) else np.zeros(num_classes or 0, np.int64)
+    return {index: int(count) for index, count in enumerate(counts)}, how
+
+
+def _arrow_labels(source: HFSource, field: str) -> np.ndarray | None:
+    import pyarrow as pa
+
+    dataset = source.dataset
+    if field not in dataset.column_names:
+        return None
+    column = dataset.data.table.column(field)
+    if not pa.types.is_integer(column.type):
+        return None
+    values = column.to_numpy(zero_copy_only=False).astype(np.int64)
+    indices = getattr(dataset, "_indices", None)  # a select() view maps through its indices
+    return values[indices.column(0).to_numpy(zero_copy_only=False)] if indices is not None else values
+
+
+def _row_labels(source: MapSource, field: str, chunk: int = 1024) -> np.ndarray | None:
+    values = np.empty(len(source), dtype=np.int64)
+    for start in range(0, len(source), chunk):
+        rows = source.__getitems__(list(range(start, min(start + chunk, len(source)))))
+        for offset, row in enumerate(rows):
+            label = row.get(field) if hasattr(row, "get") else None
+            if label is None or getattr(label, "ndim", 0) != 0 or isinstance(label, (float, np.floating)) or (
+                    hasattr(label, "is_floating_point") and label.is_floating_point()):
+                return None  # no scalar integer label: a sequence target, a regression value or none at all
+            values[start + offset] = int(label)
+    return values
