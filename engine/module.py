@@ -11,7 +11,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from engine import options
 from engine.distributed import check_trainer_keeps_our_samplers, resolve_world
-from engine.factory import DataLoaderFactory, check_workers_can_start
+from engine.factory import DataLoaderFactory, check_can_send, check_workers_can_start
 from engine.multi.config import MultiDataLoaderConfig
 from engine.multi.module import NamedDatasets, defer_to_named, is_named_datasets
 from engine.sampling.modes import resolve_batching
@@ -19,6 +19,7 @@ from engine.seeded_collate import build_collator
 from engine.sources.adapt import MapSource
 from engine.sources.given import log_truncation, prepare_inputs, take_inputs
 from engine.sources.streams import check_resumable
+from engine.sources.transforms import split_transforms
 from engine.splits import SplitPlan
 from engine.state import TrainPosition, check_compatible, check_structure, module_identity
 from engine.tools.device import DeviceNormalize
@@ -59,6 +60,10 @@ class UniversalDataModule(lightning.LightningDataModule):
         max_tokens: Padded-token budget per batch for 'token_budget' (else the spec's 'max_tokens').
         device_normalize: Vision: keep images uint8 in the loader, normalize on the device (on_after_batch_transfer).
         validate: At setup, check the first training batch against the spec; the report is ``dm.validation_report``.
+        train_transform, eval_transform: Callables applied to each row where it is read (workers included), after
+            any cache: ``train_transform`` to training rows, seeded by (seed, epoch, index) so augmentation is new
+            every epoch; ``eval_transform`` to val/test/predict rows (also when cut by ``val_split``), seeded
+            without the epoch. See docs/transforms.md.
         multi_config: Several named datasets only: how their batches interleave (a MultiDataLoaderConfig).
 
     Example:
@@ -80,6 +85,7 @@ class UniversalDataModule(lightning.LightningDataModule):
         collate_fn: Callable[..., Any] | None = None, collator_name: str | None = None,
         collator_kwargs: dict[str, Any] | None = None, batching: str | None = None, max_tokens: int | None = None,
         device_normalize: bool = False, validate: bool = False, multi_config: MultiDataLoaderConfig | None = None,
+        train_transform: Callable[..., Any] | None = None, eval_transform: Callable[..., Any] | None = None,
     ) -> None:
         super().__init__()
         options.record_configuration(self, options.checkpoint_configuration(locals(), NOT_CHECKPOINTED))
@@ -110,6 +116,10 @@ class UniversalDataModule(lightning.LightningDataModule):
         )
         options.check_pad_id(self.collator, tokenizer)
         self.train_config.collate_fn = self.eval_config.collate_fn = self.collator
+        self.transforms = split_transforms(train_transform, eval_transform, seed=seed, stream=self._stream is not None)
+        for role, transform in self.transforms.items():  # spawned workers receive the transforms with the data
+            check_can_send(transform.argument, transform.transform, self.eval_config if role != "train" else
+                           self.train_config)
         self.device_normalize = DeviceNormalize.from_collator(self.collator)  # also for collator_kwargs keep_uint8
         self.split_plan: SplitPlan | None = None
         self.datasets: dict[str, MapSource] = {}
@@ -127,7 +137,8 @@ class UniversalDataModule(lightning.LightningDataModule):
         self.rank, self.world_size = resolve_world(self.trainer)
         sources, self._fingerprint, self.split_plan = prepare_inputs(
             self._given, self._stream, self.task_spec, self.tokenizer, val_split=self.val_split,
-            test_split=self.test_split, seed=self.seed, rank=self.rank, world_size=self.world_size)
+            test_split=self.test_split, seed=self.seed, rank=self.rank, world_size=self.world_size,
+            transforms=self.transforms)
         self.datasets = sources
         self.truncation = log_truncation(sources.get("train"), self.task_spec, getattr(self.collator, "max_length",
                                                                                        None))
