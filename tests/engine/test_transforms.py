@@ -9,9 +9,10 @@ import random
 import numpy as np
 import pytest
 import torch
+import torchaudio
 from torchvision.transforms import v2
 
-from demo.sample_data import image_dataset
+from demo.sample_data import audio_dataset, image_dataset
 from engine import UniversalDataModule
 from task_spec import TaskSpec
 
@@ -64,6 +65,16 @@ def fail_on_row_13(row):
     if int(row["input_ids"][0]) == 13 + 10:
         raise ValueError("cannot crop a row this short")
     return row
+
+
+class MaskTime:
+    """SpecAugment-style time masking on a row's waveform (``[T]`` seen as one band of ``T`` steps)."""
+
+    def __init__(self, max_samples):
+        self.mask = torchaudio.transforms.TimeMasking(time_mask_param=max_samples)
+
+    def __call__(self, row):
+        return {**row, "input_values": self.mask(row["input_values"][None])[0]}
 
 
 class TestSameBatchesEverywhere:
@@ -188,3 +199,18 @@ class TestErrors:
     def test_a_checkpointed_configuration_asks_for_the_transform_again(self):
         dm = UniversalDataModule(indexed_rows(), task_spec=LM, train_transform=mark_train)
         assert "train_transform" in dm.hparams_initial["not_checkpointed"]
+
+
+class TestAudio:
+    def test_torchaudio_time_masking_on_the_audio_preset_is_seeded_and_fresh_each_epoch(self):
+        def build(workers):
+            return UniversalDataModule(audio_dataset(n=8), task_spec=TaskSpec.audio_tiny(), batch_size=4,
+                                       shuffle=False, num_workers=workers, train_transform=MaskTime(3000))
+        loader = build(0).train_dataloader()
+        epoch0, epoch1 = list(loader), list(loader)
+        for batch in epoch0:
+            assert batch["input_features"].shape[:2] == (4, 40)
+            for wave, length in zip(batch["input_values"], batch["lengths"]):
+                assert 0 < int((wave[:length] == 0).sum()) <= 3000  # one masked span (noisy tones have no zeros)
+        assert not torch.equal(epoch0[0]["input_values"], epoch1[0]["input_values"])
+        assert [digest(batch) for batch in epoch0] == [digest(batch) for batch in build(2).train_dataloader()]
