@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.rng import derive_seed, generator_from
+from engine.rng import generator_from, seed_family
 
 TRANSFORM_ARGUMENTS = {"train": "train_transform", "val": "eval_transform", "test": "eval_transform",
                        "predict": "eval_transform"}
@@ -95,17 +95,23 @@ class RowTransform:
         self.argument = TRANSFORM_ARGUMENTS[role]
         self.uses_generator = takes_generator(transform)
 
+    def row_seeds(self, epoch: int) -> Callable[[int], int]:
+        """``index -> seed`` of the rows of ``epoch``: ``derive_seed(seed, "transform", "train", epoch, index)``
+        for training, ``derive_seed(seed, "transform", split, index)`` (no epoch) for the other splits."""
+        if self.role == "train":
+            return seed_family(self.seed, "transform", "train", epoch)
+        return seed_family(self.seed, "transform", self.role)
+
     def row_seed(self, index: int, epoch: int) -> int:
         """The seed of the row at dataset ``index`` in ``epoch`` (the epoch counts for training only)."""
-        if self.role == "train":
-            return derive_seed(self.seed, "transform", "train", epoch, index)
-        return derive_seed(self.seed, "transform", self.role, index)
+        return self.row_seeds(epoch)(index)
 
     def __call__(self, rows: Sequence[Any], indices: Sequence[int], epoch: int) -> list[Any]:
         """``rows`` (at dataset ``indices``) transformed; raises :class:`TransformFailed` naming a failing row."""
+        seeds = self.row_seeds(epoch)
         context = contextlib.nullcontext() if self.uses_generator else global_rng_kept()
         with context:
-            return [self._one(row, index, self.row_seed(index, epoch)) for row, index in zip(rows, indices)]
+            return [self._one(row, index, seeds(index)) for row, index in zip(rows, indices)]
 
     def _one(self, row: Any, index: int, seed: int) -> Any:
         row = dict(row) if isinstance(row, dict) else row  # a transform that sets a key leaves the source's row be
