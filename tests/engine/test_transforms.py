@@ -158,6 +158,20 @@ class TestSplits:
         assert val_ids == dm.split_plan.val.tolist()
         assert dm.datasets["val"].transform is None and dm.datasets["train"].transform.role == "train"
 
+    def test_several_named_datasets_pass_the_transforms_to_each(self):
+        dm = UniversalDataModule({"a": indexed_rows(), "b": indexed_rows()}, task_spec=LM, batch_size=4,
+                                 val_split=6, train_transform=mark_train, eval_transform=mark_eval)
+        for name, batch in dm.train_dataloader():
+            assert set(batch["input_ids"][batch["attention_mask"].bool()].tolist()) == {7}, name
+        for name, loader in dm.val_dataloader().items():
+            for batch in loader:
+                assert set(batch["input_ids"][batch["attention_mask"].bool()].tolist()) == {8}, name
+
+    def test_repr_names_the_transforms(self):
+        dm = UniversalDataModule(indexed_rows(), task_spec=LM, val_split=6, train_transform=mark_train)
+        assert "transforms: train_transform=<function mark_train at" in repr(dm)
+        assert "eval_transform" not in repr(dm)
+
     def test_eval_transform_is_seeded_without_the_epoch(self):
         dm = UniversalDataModule(indexed_rows(), task_spec=LM, batch_size=4, val_split=8, seed=2,
                                  eval_transform=jitter_tokens)
@@ -214,3 +228,21 @@ class TestAudio:
                 assert 0 < int((wave[:length] == 0).sum()) <= 3000  # one masked span (noisy tones have no zeros)
         assert not torch.equal(epoch0[0]["input_values"], epoch1[0]["input_values"])
         assert [digest(batch) for batch in epoch0] == [digest(batch) for batch in build(2).train_dataloader()]
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_lightning_sees_the_plain_loops_augmented_batches_in_every_epoch():
+    import lightning
+
+    from tests.engine.test_resume import SPEC, fingerprint
+    from tests.engine.test_resume_lightning import Recorder
+
+    def build():  # masked LM: the collator's masks are random too
+        return UniversalDataModule(indexed_rows(), task_spec=SPEC, batch_size=4, val_split=6, seed=3,
+                                   train_transform=jitter_tokens, eval_transform=mark_eval)
+    loader = build().train_dataloader()
+    expected = [fingerprint(batch) for _ in range(2) for batch in loader]
+    recorder = Recorder()
+    lightning.Trainer(accelerator="cpu", devices=1, max_epochs=2, logger=False, enable_progress_bar=False,
+                      enable_model_summary=False, enable_checkpointing=False).fit(recorder, datamodule=build())
+    assert recorder.seen == expected
