@@ -141,6 +141,30 @@ class TestExactResume:
         assert passes(resumed, 1) == reference[1:]
 
 
+class TokenDicts(torch.utils.data.Dataset):
+    def __len__(self):
+        return 24
+
+    def __getitem__(self, index):
+        return {"input_ids": torch.arange(5, 8 + index % 7)}
+
+
+CALLS = []
+
+
+def counted(row):
+    CALLS.append(len(row["input_ids"]))
+    return row
+
+
+def test_length_grouped_batching_measures_the_stored_rows_without_running_the_transform():
+    CALLS.clear()
+    dm = UniversalDataModule(TokenDicts(), task_spec=LM, batch_size=4, batching="grouped", train_transform=counted)
+    loader = dm.train_dataloader()
+    assert CALLS == []
+    assert sum(len(batch["input_ids"]) for batch in loader) == 24 and len(CALLS) == 24
+
+
 class TestSplits:
     def test_val_split_rows_get_the_eval_transform_and_training_rows_the_train_one(self):
         dm = UniversalDataModule(indexed_rows(), task_spec=LM, batch_size=4, val_split=6, seed=2,
