@@ -89,8 +89,8 @@ class TestSameBatchesEverywhere:
                                        train_transform=jitter_tokens)
         reference = passes(build(0), 2)
         assert passes(build(2), 2) == reference
-        unseeded = passes(UniversalDataModule(indexed_rows(), task_spec=LM, batch_size=4, seed=3), 1)
-        assert reference[0] != unseeded[0]  # the function did change the rows
+        untransformed = passes(UniversalDataModule(indexed_rows(), task_spec=LM, batch_size=4, seed=3), 1)
+        assert reference[0] != untransformed[0]  # the function did change the rows
 
     def test_a_pass_neither_depends_on_nor_changes_the_global_random_state(self):
         torch.manual_seed(0), random.seed(0), np.random.seed(0)
