@@ -160,6 +160,17 @@ def check_workers_can_start(dataset: Any, config: DataLoaderConfig) -> None:
 
 def check_picklable(dataset: Any, collate_fn: Any, kwargs: dict[str, Any]) -> None:
     """Fail now, not inside a worker, when spawned workers would have to pickle what cannot be pickled."""
+    for what, value in (("dataset", dataset), ("collate_fn", collate_fn)):
+        _check_sendable(what, value, kwargs)
+
+
+def check_can_send(what: str, value: Any, config: DataLoaderConfig) -> None:
+    """Raise now if worker processes under ``config`` could not receive ``value`` (an argument named ``what``,
+    such as a per-row transform that travels with the dataset)."""
+    _check_sendable(what, value, config.resolve()[0])
+
+
+def _check_sendable(what: str, value: Any, kwargs: dict[str, Any]) -> None:
     if kwargs["num_workers"] == 0:
         return
     method = kwargs["multiprocessing_context"] or multiprocessing.get_start_method(allow_none=True) or (
@@ -167,12 +178,11 @@ def check_picklable(dataset: Any, collate_fn: Any, kwargs: dict[str, Any]) -> No
     )
     if method == "fork" and torch.multiprocessing.get_start_method(allow_none=True) in (None, "fork"):
         return
-    for what, value in (("dataset", dataset), ("collate_fn", collate_fn)):
-        try:
-            pickle.dumps(value)
-        except Exception as error:  # pickle raises several types; all mean the same here
-            raise TypeError(
-                f"num_workers={kwargs['num_workers']} with the '{method}' start method sends the {what} to each "
-                f"worker by pickling, but it cannot be pickled ({type(error).__name__}: {error}). Define it at "
-                f"module level (no lambdas or local classes), or use num_workers=0"
-            ) from error
+    try:
+        pickle.dumps(value)
+    except Exception as error:  # pickle raises several types; all mean the same here
+        raise TypeError(
+            f"num_workers={kwargs['num_workers']} with the '{method}' start method sends the {what} to each "
+            f"worker by pickling, but it cannot be pickled ({type(error).__name__}: {error}). Define it at "
+            f"module level (no lambdas or local classes), or use num_workers=0"
+        ) from error

@@ -11,7 +11,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from engine import options
 from engine.distributed import check_trainer_keeps_our_samplers, resolve_world
-from engine.factory import DataLoaderFactory, check_workers_can_start
+from engine.factory import DataLoaderFactory, check_can_send, check_workers_can_start
 from engine.multi.config import MultiDataLoaderConfig
 from engine.multi.module import NamedDatasets, defer_to_named, is_named_datasets
 from engine.sampling.modes import packed_collator_name, resolve_batching, with_packed_reason
@@ -20,6 +20,7 @@ from engine.sources.adapt import MapSource
 from engine.sources.bad_rows import SkipReport, check_on_error
 from engine.sources.given import log_truncation, prepare_inputs, take_inputs
 from engine.sources.streams import check_resumable
+from engine.sources.transforms import split_transforms
 from engine.splits import SplitPlan
 from engine.state import SKIPPED_ROWS, TrainPosition, check_compatible, check_structure, module_identity
 from engine.tools.device import DeviceNormalize
@@ -66,6 +67,10 @@ class UniversalDataModule(lightning.LightningDataModule):
             its batch and record it in ``dm.skipped``) or 'warn' (the same, warning once per row).
         max_skipped: With 'skip' or 'warn', the most rows one pass over a split may leave out: a count, or a fraction
             of the split's rows (per rank); more raises. None: no cap.
+        train_transform, eval_transform: Callables applied to each row where it is read (workers included), after
+            any cache: ``train_transform`` to training rows, seeded by (seed, epoch, index) so augmentation is new
+            every epoch; ``eval_transform`` to val/test/predict rows (also when cut by ``val_split``), seeded
+            without the epoch. See docs/transforms.md.
         multi_config: Several named datasets only: how their batches interleave (a MultiDataLoaderConfig).
 
     Example:
@@ -88,6 +93,7 @@ class UniversalDataModule(lightning.LightningDataModule):
         collator_kwargs: dict[str, Any] | None = None, batching: str | None = None, max_tokens: int | None = None,
         device_normalize: bool = False, validate: bool = False, multi_config: MultiDataLoaderConfig | None = None,
         on_error: str = "raise", max_skipped: int | float | None = None,
+        train_transform: Callable[..., Any] | None = None, eval_transform: Callable[..., Any] | None = None,
     ) -> None:
         super().__init__()
         options.record_configuration(self, options.checkpoint_configuration(locals(), NOT_CHECKPOINTED))
@@ -122,6 +128,10 @@ class UniversalDataModule(lightning.LightningDataModule):
         self.collator_resolution = with_packed_reason(resolution, name != collator_name, self.batching_reason)
         options.check_pad_id(self.collator, tokenizer)
         self.train_config.collate_fn = self.eval_config.collate_fn = self.collator
+        self.transforms = split_transforms(train_transform, eval_transform, seed=seed, stream=self._stream is not None)
+        for role, transform in self.transforms.items():  # spawned workers receive the transforms with the data
+            check_can_send(transform.argument, transform.transform, self.eval_config if role != "train" else
+                           self.train_config)
         self.device_normalize = DeviceNormalize.from_collator(self.collator)  # also for collator_kwargs keep_uint8
         self.split_plan: SplitPlan | None = None
         self.datasets: dict[str, MapSource] = {}
@@ -139,7 +149,8 @@ class UniversalDataModule(lightning.LightningDataModule):
         self.rank, self.world_size = resolve_world(self.trainer)
         sources, self._fingerprint, self.split_plan = prepare_inputs(
             self._given, self._stream, self.task_spec, self.tokenizer, val_split=self.val_split,
-            test_split=self.test_split, seed=self.seed, rank=self.rank, world_size=self.world_size)
+            test_split=self.test_split, seed=self.seed, rank=self.rank, world_size=self.world_size,
+            transforms=self.transforms)
         self.datasets = sources
         self.skipped.apply_to(sources.values())
         self.truncation = log_truncation(sources.get("train"), self.task_spec, getattr(self.collator, "max_length",

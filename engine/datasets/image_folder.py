@@ -41,8 +41,10 @@ class ImageFolderDataset(FileDataset):
         image_mode: ``'RGB'`` (3 channels, the default, so images of any source stack), ``'GRAY'`` (1 channel) or
             ``'UNCHANGED'``.
         transform: Applied to each decoded uint8 CHW tensor before it is returned, cached or held (EAGER), e.g.
-            ``torchvision.transforms.v2.Resize((64, 64))`` so images of different sizes stack. Being cached, it
-            should be deterministic: do random augmentation in the collator or on the device. Must pickle.
+            ``torchvision.transforms.v2.Resize((64, 64))`` so images of different sizes stack. This is the
+            deterministic part: what CACHED and EAGER hold is its result, so a random one would be frozen. Do
+            random augmentation in ``UniversalDataModule(train_transform=...)``, which runs after any cache and
+            is seeded per (epoch, row) (docs/transforms.md). Must pickle.
         cache_bytes: CACHED mode's byte budget per process.
         block_rows: STREAMING's rows per block.
 

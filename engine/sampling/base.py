@@ -18,9 +18,11 @@ from engine.rng import batch_seed
 
 
 class BatchIndices(list):
-    """A batch of sample indices that carries the seed of its randomness to wherever the batch is built."""
+    """A batch of sample indices that carries the seed of its randomness, and the epoch it belongs to (which
+    seeds per-row transforms, :mod:`engine.sources.transforms`), to wherever the batch is built."""
 
     rng_seed: int | None = None
+    epoch: int | None = None
 
 
 class EpochHandle:
@@ -122,7 +124,8 @@ class EpochBatchSampler(Sampler[list[int]]):
             if self._retired is not None:
                 raise RuntimeError(self._retired)
             batch = BatchIndices(batches[position])
-            batch.rng_seed = batch_seed(self.seed, epoch if self.reseed_each_epoch else 0, batch)
+            batch.epoch = epoch if self.reseed_each_epoch else 0
+            batch.rng_seed = batch_seed(self.seed, batch.epoch, batch)
             self._position = position + 1
             yield batch
         self._epoch, self._position, self._fresh = epoch + 1, 0, True

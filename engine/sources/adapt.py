@@ -7,6 +7,7 @@ to the collator. ``view(indices)`` selects a split without copying rows.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,9 +17,10 @@ from torch.utils.data import Dataset
 
 from engine.sources._arrow_fetch import ArrowBatchFetcher, ColumnBatch
 from engine.sources.bad_rows import DataRowError as DataRowError  # its home before bad_rows.py; still importable
-from engine.sources.bad_rows import SkippedRow, named_error, read_skipping
+from engine.sources.bad_rows import SkippedRow, named_error, read_skipping, transform_skipping
 from engine.sources.files import is_path_data, load_paths
 from engine.sources.kinds import ACCEPTED, TupleRows, columns_dataset, is_column_dict, tuple_fields
+from engine.sources.transforms import RowTransform, TransformFailed
 
 try:  # datasets is a dependency, but sources of other kinds must not need it at import time
     import datasets as hf_datasets
@@ -44,9 +46,11 @@ class MapSource(Dataset):
     """The split this source serves (train, val, test, predict), named in errors."""
     on_error = "raise"
     """What a failing row does: 'raise' names it in an error; 'skip' and 'warn' leave it out of its batch."""
+    transform: RowTransform | None = None
+    """The split's per-row transform, applied after the rows are read (set by :meth:`for_role`)."""
 
     def __getitem__(self, index: int) -> Any:
-        return self._fetch([index])[0]
+        return self._fetch([index])[0] if self.transform is None else self.__getitems__([index])[0]
 
     def __getitems__(self, indices: Sequence[int]) -> RowBatch:
         positions = list(indices)
@@ -58,6 +62,8 @@ class MapSource(Dataset):
             kept, positions, skipped = read_skipping(self, positions, error)
             rows = RowBatch(kept)
             rows.skipped = skipped
+        if self.transform is not None:
+            rows, positions = self.transformed(rows, positions, getattr(indices, "epoch", None) or 0)
         rows.rng_seed, rows.role, rows.indices = getattr(indices, "rng_seed", None), self.role, positions
         return rows
 
@@ -70,6 +76,29 @@ class MapSource(Dataset):
                 return named_error(single, f"reading row {self.dataset_index(position)} of the {self.role} data "
                                            f"failed; fix or remove that row")
         return named_error(error, f"reading rows {positions[:8]} of the {self.role} data failed")
+
+    def transformed(self, rows: RowBatch, positions: list[int], epoch: int) -> tuple[RowBatch, list[int]]:
+        """``(rows, positions)`` after this split's transform, seeded by (seed, epoch, dataset index). A failing row
+        is named in an error, or with ``on_error`` 'skip'/'warn' left out and recorded like a row that failed to read.
+        """
+        try:
+            out = RowBatch(self.transform(rows, [self.dataset_index(position) for position in positions], epoch))
+        except TransformFailed as failed:
+            if self.on_error == "raise":
+                raise named_error(failed.error, f"{self.transform.argument} failed on row {failed.index} of the "
+                                                f"{self.role} data; fix the transform or that row") from failed.error
+            kept, kept_positions, skipped = transform_skipping(self, rows, positions, epoch)
+            out, positions = RowBatch(kept), kept_positions
+            out.skipped = [*(rows.skipped or []), *skipped]
+            return out, positions
+        out.skipped = rows.skipped
+        return out, positions
+
+    def for_role(self, role: str, transform: RowTransform | None) -> MapSource:
+        """A shallow copy of this source serving split ``role`` with its own ``transform`` (data shared)."""
+        source = copy.copy(self)
+        source.role, source.transform = role, transform
+        return source
 
     def dataset_index(self, position: int) -> int:
         """The index in the data the user gave of this source's ``position`` (a split is a view)."""
@@ -89,7 +118,8 @@ class HFSource(MapSource):
 
     ``__getitems__`` answers with a :class:`ColumnBatch`: collators that read columns (``TextCollator``) pad
     the token columns straight from Arrow's flat buffers; any other collate function sees the same row dicts
-    as before. Datasets with a format (``with_format('torch')``) or hidden columns get a :class:`RowBatch`.
+    as before. Datasets with a format (``with_format('torch')``) or hidden columns get a :class:`RowBatch`, and so
+    does a split with a per-row transform (a transform needs rows).
     """
 
     def __init__(self, dataset: Any) -> None:
@@ -101,7 +131,7 @@ class HFSource(MapSource):
         return len(self.dataset)
 
     def __getitems__(self, indices: Sequence[int]) -> RowBatch | ColumnBatch:
-        if not self._columnar:
+        if not self._columnar or self.transform is not None:  # a transform needs rows: the row path
             return super().__getitems__(indices)
         batch = ColumnBatch(self, list(indices))
         batch.rng_seed = getattr(indices, "rng_seed", None)
@@ -123,7 +153,10 @@ class HFSource(MapSource):
         return self._fetcher.gather(positions)
 
     def view(self, positions: np.ndarray) -> HFSource:
-        return HFSource(self.dataset.select(positions))
+        source = HFSource(self.dataset.select(positions))
+        base = getattr(self, "positions", None)  # dataset indices of the view's rows, named in errors and seeds
+        source.positions = base[positions] if base is not None else np.asarray(positions, dtype=np.int64)
+        return source
 
     @property
     def column_names(self) -> list[str]:

@@ -19,6 +19,7 @@ from typing import Any
 from torch.utils.data._utils.pin_memory import pin_memory
 
 from engine._checks import check_choice, check_int
+from engine.sources.transforms import TransformFailed
 
 ON_ERROR = ("raise", "skip", "warn")
 """What a module does with a row whose read, decode or transform raises."""
@@ -98,6 +99,28 @@ def read_skipping(source: Any, positions: list[int], error: Exception) -> tuple[
                                  f"and on_error={source.on_error!r} leaves out rows, not whole batches (an empty "
                                  f"batch would break the step and the ranks' equal batch counts); fix the data")
     return rows, kept, skipped
+
+
+def transform_skipping(source: Any, rows: list[Any], positions: list[int],
+                       epoch: int) -> tuple[list[Any], list[int], list[SkippedRow]]:
+    """``(rows, kept positions, records)`` of a batch whose transform raised: each row through the transform alone
+    (seeded by its own index, so a kept row is what it would have been in the batch), the failing ones left out."""
+    kept_rows, kept, skipped, first = [], [], [], None
+    for row, position in zip(rows, positions):
+        index = source.dataset_index(position)
+        try:
+            kept_rows.extend(source.transform([row], [index], epoch))
+        except TransformFailed as failed:
+            first = first or failed.error
+            skipped.append(SkippedRow(index, source.role, type(failed.error).__name__, str(failed.error)))
+            continue
+        kept.append(position)
+    if not kept_rows:
+        raise named_error(first, f"the {source.transform.argument} failed on every row of the batch "
+                                        f"{[row.index for row in skipped][:8]} of the {source.role} data, and "
+                                        f"on_error={source.on_error!r} leaves out rows, not whole batches; fix the "
+                                        f"transform")
+    return kept_rows, kept, skipped
 
 
 class WithSkippedRows:

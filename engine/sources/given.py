@@ -5,6 +5,7 @@ tokenized, fingerprinted and split at setup (:func:`prepare_inputs`)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from engine.options import check_data_arguments
@@ -14,6 +15,7 @@ from engine.sources.kinds import is_hf_dataset_dict, unpack_dataset_dict
 from engine.sources.lengths import describe_truncation, truncation_of
 from engine.sources.preprocess import prepare_source, prepare_stream
 from engine.sources.streams import EpochStream, check_stream_options, is_hf_stream, peek_rows, stream_fingerprint
+from engine.sources.transforms import RowTransform
 from engine.splits import SplitPlan, plan_splits, split_views
 from engine.state import data_fingerprint
 from task_spec import TaskSpec
@@ -56,20 +58,26 @@ def take_inputs(train_data: Any, *, val_data: Any, test_data: Any, predict_data:
 
 
 def prepare_inputs(given: dict[str, MapSource], stream: Any, task_spec: Any, tokenizer: Any, *,
-                   val_split: float | int, test_split: float | int, seed: int, rank: int,
-                   world_size: int) -> tuple[dict[str, Any], str | None, SplitPlan | None]:
-    """``(sources by role, data fingerprint, split plan)``: raw text tokenized once, the train data split."""
+                   val_split: float | int, test_split: float | int, seed: int, rank: int, world_size: int,
+                   transforms: Mapping[str, RowTransform | None] | None = None,
+                   ) -> tuple[dict[str, Any], str | None, SplitPlan | None]:
+    """``(sources by role, data fingerprint, split plan)``: raw text tokenized once, the train data split, and
+    each split (its own copy of the source, views cut by ``val_split`` included) given its ``transforms[role]``."""
     sources = {role: prepare_source(source, task_spec, tokenizer) for role, source in given.items()}
     if stream is not None:
         train = EpochStream(prepare_stream(stream, task_spec, tokenizer), rank=rank, world_size=world_size)
-        return {**sources, "train": train}, stream_fingerprint(stream), None
+        others = {role: source for role, source in sources.items() if role != "train"}
+        return {**_for_roles(others, transforms), "train": train}, stream_fingerprint(stream), None
     if "train" not in sources:
-        return sources, None, None
+        return _for_roles(sources, transforms), None, None
     plan = plan_splits(len(sources["train"]), val_split=val_split, test_split=test_split, seed=seed)
     sources.update(split_views(sources["train"], plan, val=bool(val_split), test=bool(test_split)))
-    for role, source in sources.items():
-        source.role = role  # named in errors
-    return sources, data_fingerprint(given["train"]), plan
+    return _for_roles(sources, transforms), data_fingerprint(given["train"]), plan
+
+
+def _for_roles(sources: dict[str, MapSource], transforms: Mapping[str, Any] | None) -> dict[str, MapSource]:
+    """Each source as its own copy serving its split (named in errors) with that split's transform."""
+    return {role: source.for_role(role, (transforms or {}).get(role)) for role, source in sources.items()}
 
 
 def log_truncation(train: Any, task_spec: Any, max_length: int | None) -> dict[str, int] | None:

@@ -50,6 +50,8 @@ def _hf_lengths(dataset: Any, key: str | None) -> np.ndarray:
 
 
 def _row_lengths(source: MapSource, key: str | None, chunk: int = 1024) -> np.ndarray:
+    if getattr(source, "transform", None) is not None:  # rows as stored: a transform augments, it sets no length
+        source = source.for_role(source.role, None)
     lengths = np.zeros(len(source), dtype=np.int64)  # a row that fails to read (on_error='skip') measures 0
     for start in range(0, len(source), chunk):
         positions = list(range(start, min(start + chunk, len(source))))

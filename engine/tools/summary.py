@@ -38,6 +38,11 @@ def summary_rows(dm: Any, *, shapes: bool = True) -> list[tuple[str, str]]:
     config = dm.train_config
     rows.append(("loader", f"batch_size={config.batch_size}, shuffle={config.shuffle}, "
                            f"num_workers={config.num_workers}, drop_last={config.drop_last}"))
+    transforms = {transform.argument: transform.transform for transform in getattr(dm, "transforms", {}).values()}
+    if transforms:
+        given = ", ".join(f"{name}={' '.join(repr(value).split())}" for name, value in transforms.items())
+        rows.append(("transforms", f"{given} (per row; seeded by seed, epoch and dataset index, eval without the "
+                                   f"epoch)"))
     if getattr(dm, "truncation", None) and dm.truncation["long_rows"]:
         rows.append(("truncation", describe_truncation(dm.truncation, dm.collator.max_length)))
     shown = batch_shapes(dm) if shapes else {}

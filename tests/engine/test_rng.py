@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import torch
 
-from engine.rng import batch_seed, content_seed, derive_seed, generator_from, hash_into, seed_worker
+from engine.rng import batch_seed, content_seed, derive_seed, generator_from, hash_into, seed_family, seed_worker
 
 
 def digest_of(value, **options):
@@ -27,6 +27,13 @@ class TestDeriveSeed:
         seeds = {derive_seed(7, "split"), derive_seed(8, "split"), derive_seed(7, "order"), derive_seed("split", 7),
                  derive_seed(7), derive_seed("7")}
         assert len(seeds) == 6 and all(0 <= seed < 2**63 for seed in seeds)
+
+
+    def test_a_seed_family_gives_derive_seed_of_its_keys_and_the_member_key(self):
+        rows = seed_family(7, "transform", "train", 3)
+        assert [rows(index) for index in (0, 1, 250)] == [derive_seed(7, "transform", "train", 3, index)
+                                                          for index in (0, 1, 250)]
+        assert rows("a") == derive_seed(7, "transform", "train", 3, "a") != rows(0)
 
 
 class TestBatchSeed:

@@ -103,6 +103,30 @@ def test_a_transform_error_in_a_hugging_face_dataset_is_left_out_too():
     assert dm.skipped.records == [SkippedRow(5, "train", "ValueError", "cannot decode row 5")]
 
 
+class FailOn:
+    """A module-level train_transform that raises on the rows in ``bad`` and adds a seeded random offset elsewhere."""
+
+    def __init__(self, bad):
+        self.bad = frozenset(bad)
+
+    def __call__(self, row):
+        if row["row_id"] in self.bad:
+            raise ValueError(f"cannot augment row {row['row_id']}")
+        return {**row, "input_ids": row["input_ids"] + torch.randint(0, 3, (1,))}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_failing_train_transform_row_is_left_out_and_kept_rows_keep_their_augmentation(workers):
+    clean = module(Rows(bad=()), val_split=0, num_workers=workers, train_transform=FailOn(()))
+    dm = module(Rows(bad=()), val_split=0, num_workers=workers, train_transform=FailOn({3, 13}), on_error="skip")
+    expected = [[row for row in batch if row[0] not in (3, 13)] for batch in passes(clean, epochs=1)[0][0]]
+    assert passes(dm, epochs=1)[0][0] == expected  # a row augments alike in a batch or alone (seeded by its index)
+    assert sorted(r.index for r in dm.skipped.records) == [3, 13]
+    assert {(r.split, r.error_type) for r in dm.skipped.records} == {("train", "ValueError")}
+    with pytest.raises(ValueError, match=r"train_transform failed on row (3|13) of the train data"):
+        passes(module(Rows(bad=()), val_split=0, num_workers=workers, train_transform=FailOn({3, 13})), epochs=1)
+
+
 class TestCap:
     def test_a_pass_leaving_out_more_rows_than_max_skipped_raises_naming_count_cap_and_rows(self):
         dm = module(Rows(bad=range(1, 13, 3)), val_split=0, on_error="skip", max_skipped=3)
