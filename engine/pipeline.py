@@ -158,14 +158,16 @@ class _ThreadPass(Iterator[Any]):
             self.pass_id = loader._pass_id
         source = nodes.IterableWrapper(_SampledBatches(loader, self.pass_id))
         work = _FetchCollate(loader.dataset, loader.collate_fn)
+        # snapshot_frequency=0: torchdata's per-item snapshots are not needed, each batch carries its position
         if loader.num_threads == 1:
-            node: nodes.BaseNode = nodes.Prefetcher(nodes.Mapper(source, work), loader.prefetch_factor)
+            node: nodes.BaseNode = nodes.Prefetcher(nodes.Mapper(source, work), loader.prefetch_factor,
+                                                    snapshot_frequency=0)
         else:
             node = nodes.ParallelMapper(source, work, num_workers=loader.num_threads, in_order=True,
-                                        method="thread", max_concurrent=loader.num_threads)
-            node = nodes.Prefetcher(node, loader.prefetch_factor * loader.num_threads)
+                                        method="thread", max_concurrent=loader.num_threads, snapshot_frequency=0)
+            node = nodes.Prefetcher(node, loader.prefetch_factor * loader.num_threads, snapshot_frequency=0)
         if loader.pin_memory:
-            node = nodes.PinMemory(node)
+            node = nodes.PinMemory(node, snapshot_frequency=0)
         self.node: nodes.BaseNode | None = node
         node.reset()
         self.num_yielded = loader._delivered["_num_yielded"]
