@@ -47,23 +47,29 @@ class _FetchCollate:
 
 class _SampledBatches:
     """The sampler's batches of one pass, each with the sampler's state just after it; stops drawing (without
-    finishing the sampler's pass) once the loader started another pass, so a stale thread never moves it."""
+    finishing the sampler's pass) once the loader started another pass, so a stale thread never moves it.
+
+    It draws one batch ahead, so the sampler has finished its pass (its epoch bookkeeping) before the last batch
+    is handed on: a ``set_epoch`` the caller makes after the last batch never meets the thread in the sampler.
+    """
 
     def __init__(self, loader: ThreadLoader, pass_id: int) -> None:
         self.loader, self.pass_id = loader, pass_id
 
+    def _draw(self, batches: Iterator[Any]) -> tuple[Any, Any] | None:
+        with self.loader._sampler_lock:
+            if self.loader._pass_id != self.pass_id:
+                return None
+            batch = next(batches, None)
+            return None if batch is None else (batch, self.loader.batch_sampler.state_dict())
+
     def __iter__(self) -> Iterator[tuple[list[int], dict[str, Any]]]:
-        sampler = self.loader.batch_sampler
-        batches = iter(sampler)
-        while True:
-            with self.loader._sampler_lock:
-                if self.loader._pass_id != self.pass_id:
-                    return
-                batch = next(batches, None)
-                if batch is None:
-                    return
-                state = sampler.state_dict()
-            yield batch, state
+        batches = iter(self.loader.batch_sampler)
+        current = self._draw(batches)
+        while current is not None:
+            following = self._draw(batches)
+            yield current
+            current = following
 
 
 class ThreadLoader(DataLoader):

@@ -109,6 +109,16 @@ class TestResume:
         assert loader.batch_sampler.state_dict()["position"] >= 4  # the thread ran ahead...
         assert loader.state_dict()["_index_sampler_state"]["position"] == 2  # ...the saved position did not
 
+    def test_the_sampler_has_finished_its_pass_when_the_last_batch_arrives(self):
+        # so a caller's set_epoch after the last batch (Lightning stops at len, before StopIteration) never runs
+        # while the thread is still inside the sampler
+        loader = threaded().train_dataloader()
+        iterator = iter(loader)
+        for _ in range(len(loader)):
+            next(iterator)
+        assert loader.batch_sampler.state_dict() == {"seed": 11, "epoch": 1, "position": 0, "epoch_offset": 0}
+        assert loader.state_dict()["_index_sampler_state"]["position"] == len(loader)  # delivered: all of epoch 0
+
     def test_a_finished_pass_saves_the_next_epoch(self):
         dm = threaded()
         for _ in dm.train_dataloader():
