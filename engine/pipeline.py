@@ -82,10 +82,11 @@ class ThreadLoader(DataLoader):
 
     Example:
         >>> import torch
+        >>> from torch.utils.data import TensorDataset
         >>> from engine import DataLoaderConfig, DataLoaderFactory
-        >>> loader = DataLoaderFactory().create_dataloader(list(torch.arange(10.0)),
+        >>> loader = DataLoaderFactory().create_dataloader(TensorDataset(torch.arange(10.0)),
         ...                                                DataLoaderConfig(batch_size=4, num_threads=1))
-        >>> type(loader).__name__, [len(batch) for batch in loader]
+        >>> type(loader).__name__, [len(batch[0]) for batch in loader]
         ('ThreadLoader', [4, 4, 2])
     """
 
