@@ -11,7 +11,8 @@ Cases (the issue's setup first): 20,000 token rows as ``List[Tensor]`` (lengths 
 a tokenized HF Arrow dataset (lengths 16..256, a causal-LM spec); uint8 images (3x32x32, ``vision_tiny``). Ours
 runs with ``num_workers`` 0, 1 and 2 and with ``num_threads=1``; the anchors are a plain ``torch`` ``DataLoader``
 with ``DataCollatorWithPadding`` (text) or per-image torchvision transforms + ``default_collate`` (images), with 0
-and 2 workers. Before timing, every mode of ours must give the batches of ``num_workers=0``, bit for bit.
+and 2 workers (timed on their first 60 steps per round, against the memory loop's time for as many). Before
+timing, every mode of ours must give the batches of ``num_workers=0``, bit for bit.
 
 Run: ``PYTHONPATH=. python -m benchmarks.bench_step_overhead [--quick]`` or ``python -m benchmarks --only
 step_overhead``.
@@ -40,6 +41,8 @@ NAME = "step_overhead"
 BATCH, STEP_S = 64, 0.010
 OURS = {"workers=0": {"num_workers": 0}, "workers=1": {"num_workers": 1}, "workers=2": {"num_workers": 2},
         "threads=1": {"num_threads": 1}}
+ANCHOR_STEPS = 60
+"""Steps per run of the anchors (the whole epoch for ours)."""
 RECOMMENDED = "threads=1"
 """The configuration docs/performance.md recommends for a 2-core machine (target <= 1%; <= 2% for the others)."""
 
@@ -148,17 +151,20 @@ def measure(case: str, data: Any, options: dict[str, Any], anchor: Callable[[int
                                       "anchor workers=0": anchor(0), "anchor workers=2": anchor(2)}
     for loader in runs.values():  # worker start-up and first passes are not part of a step's cost
         loop_seconds(loader, lambda: None, 2)
+    # the anchors are many times slower: they run fewer steps, compared with the memory loop's time for as many
+    counts = {name: min(steps, ANCHOR_STEPS) if name.startswith("anchor") else steps for name in runs}
     rounds: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(repeats):  # alternating: each configuration once per round, against that round's memory loop
         for name, loader in runs.items():
-            rounds[name].append(loop_seconds(loader, step, steps))
+            rounds[name].append(loop_seconds(loader, step, counts[name]))
     memory_s = rounds.pop("memory")
     base = float(np.median(memory_s))
     rows = []
     for name, times in rounds.items():
         # the median over rounds of the overhead against the same round's memory loop: load from other jobs
         # that comes and goes between rounds cancels out
-        overhead = float(np.median([(t - m) / m for t, m in zip(times, memory_s)])) * 100
+        scale = counts[name] / steps
+        overhead = float(np.median([(t - m * scale) / (m * scale) for t, m in zip(times, memory_s)])) * 100
         seconds = base * (1 + overhead / 100)
         target = None if name.startswith("anchor") else (1.0 if name == RECOMMENDED else 2.0)
         rows.append({
