@@ -126,6 +126,11 @@ class ThreadLoader(DataLoader):
         self.__dict__["_live_iterator"] = _ThreadPass(self)
         return self._iterator
 
+    @property
+    def delivered_epoch(self) -> int:
+        """The epoch of the position :meth:`state_dict` reports (the sampler itself may have run ahead)."""
+        return int(sampler_state_of(self.state_dict())["epoch"])
+
     def state_dict(self) -> dict[str, Any]:
         """The position after the last batch handed to the caller (num_workers=0's layout)."""
         return self._pending if self._pending is not None else self._delivered

@@ -119,6 +119,20 @@ class TestResume:
         assert loader.batch_sampler.state_dict() == {"seed": 11, "epoch": 1, "position": 0, "epoch_offset": 0}
         assert loader.state_dict()["_index_sampler_state"]["position"] == len(loader)  # delivered: all of epoch 0
 
+    @pytest.mark.parametrize("taken", [0, 2, 4, 5, 6])
+    def test_the_module_state_equals_the_one_workers_0_saves(self, taken):
+        states = []
+        for dm in (module(0), threaded()):  # 5 batches per epoch: mid-epoch, the last batch, into the next epoch
+            loader = dm.train_dataloader()
+            iterator = iter(loader)
+            for _ in range(min(taken, 5)):
+                next(iterator)
+            if taken > 5:
+                next(iterator, None)  # the end of the pass
+                next(iter(loader))
+            states.append(dm.state_dict())
+        assert states[1] == states[0]
+
     def test_a_finished_pass_saves_the_next_epoch(self):
         dm = threaded()
         for _ in dm.train_dataloader():
