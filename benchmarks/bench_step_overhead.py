@@ -51,7 +51,7 @@ def calibrate_step(seconds: float = STEP_S) -> Callable[[], None]:
     """A step of single-thread matmuls that takes about ``seconds`` here (best of a few timings)."""
     torch.set_num_threads(1)
     a = torch.randn(256, 256, generator=torch.Generator().manual_seed(0))
-    best = min(_timed(lambda: [a @ a for _ in range(20)]) for _ in range(5)) / 20
+    best = min(_timed(lambda: [a @ a for _ in range(20)]) for _ in range(10)) / 20
     count = max(1, round(seconds / best))
 
     def step() -> None:
@@ -178,12 +178,12 @@ def measure(case: str, data: Any, options: dict[str, Any], anchor: Callable[[int
 
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
-    step = calibrate_step()
     token_rows, arrow_rows, image_rows, repeats = (4_000, 3_200, 3_200, 3) if quick else (20_000, 6_400, 6_400, 3)
     out = []
     for case, build, rows in (("tokens List[Tensor]", token_case, token_rows), ("HF Arrow", arrow_case, arrow_rows),
                               ("images uint8", image_case, image_rows)):
         data, options, anchor = build(rows)
+        step = calibrate_step()  # per case: the load of a shared machine changes what 10 ms of matmuls is
         out += measure(case, data, options, anchor, steps=rows // BATCH, repeats=repeats, step=step)
     return out
 
