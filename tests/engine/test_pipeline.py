@@ -12,7 +12,7 @@ import torch
 from engine import DataLoaderConfig, DataLoaderFactory, UniversalDataModule
 from engine.pipeline import ThreadLoader
 from task_spec import TaskSpec
-from tests.engine.test_resume import fingerprint, module, rows, run
+from tests.engine.test_resume import SPEC, fingerprint, module, rows, run
 from tests.engine.test_resume_lightning import Recorder, trainer
 
 
@@ -219,3 +219,26 @@ def test_a_failing_row_is_named(token_tensors):
     loader = DataLoaderFactory().create_dataloader(Broken(), DataLoaderConfig(batch_size=4, num_threads=1))
     with pytest.raises(Exception, match="row 5"):
         list(loader)
+
+
+def test_several_named_datasets_load_in_threads_and_resume_exactly():
+    def named(**kwargs):
+        return UniversalDataModule({"a": rows(), "b": rows(30, seed=1)}, task_spec=SPEC, batch_size=8, seed=3,
+                                   **kwargs)
+
+    def take(dm, count):
+        seen, loader = [], dm.train_dataloader()
+        while len(seen) < count:
+            for name, batch in loader:
+                seen.append((name, fingerprint(batch)))
+                if len(seen) == count:
+                    break
+        return seen
+
+    reference = take(named(), 20)
+    assert take(named(num_threads=1), 20) == reference
+    first = named(num_threads=1)
+    take(first, 7)
+    resumed = named(num_threads=1)
+    resumed.load_state_dict(first.state_dict())
+    assert take(resumed, 13) == reference[7:]
