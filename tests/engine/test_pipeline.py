@@ -206,7 +206,7 @@ class TestLightning:
         assert extended.seen == full.seen[2:9]
 
 
-def test_a_failing_row_is_named(token_tensors):
+def test_a_failing_row_is_named():
     class Broken(torch.utils.data.Dataset):
         def __len__(self):
             return 8
