@@ -44,10 +44,21 @@ class DataLoaderConfig:
     """Seconds to wait for a batch from workers (0 waits forever)."""
     multiprocessing_context: str | None = None
     """'fork', 'spawn' or 'forkserver'; None uses the platform default."""
+    num_threads: int = 0
+    """Background threads of this process that fetch and collate the next batches while the step runs (a
+    ``torchdata.nodes`` pipeline, :class:`engine.pipeline.ThreadLoader`); 0 loads on the step's path. For work that
+    is cheap or releases the GIL; not combined with ``num_workers``."""
 
     def __post_init__(self) -> None:
         self.batch_size = check_int("batch_size", self.batch_size, minimum=1)  # numpy ints become ints
         self.num_workers = check_int("num_workers", self.num_workers, minimum=0)
+        self.num_threads = check_int("num_threads", self.num_threads, minimum=0)
+        if self.num_threads and self.num_workers:
+            raise ValueError(
+                f"DataLoaderConfig.num_threads={self.num_threads} and num_workers={self.num_workers} cannot be "
+                f"combined: choose threads in this process (cheap or GIL-releasing loading) or worker processes "
+                f"(Python-heavy transforms), and set the other to 0"
+            )
         if self.prefetch_factor is not None:
             self.prefetch_factor = check_int("prefetch_factor", self.prefetch_factor, minimum=1)
         if self.seed is not None:
@@ -100,8 +111,14 @@ class DataLoaderConfig:
             reasons["persistent_workers"] = f"persistent_workers={persistent} was given"
         prefetch = self.prefetch_factor if workers else None
         reasons["prefetch_factor"] = (
-            f"each worker prepares {prefetch} batches ahead" if workers else "prefetching applies only with workers"
+            f"each worker prepares {prefetch} batches ahead" if workers
+            else f"each thread prepares {self.prefetch_factor or 2} batches ahead" if self.num_threads
+            else "prefetching applies only with workers"
         )
+        reasons["num_threads"] = (
+            f"{self.num_threads} background thread(s) of this process fetch and collate ahead of the step"
+            if self.num_threads else "batches are loaded on the step's path" if not workers
+            else "worker processes load the batches")
         kwargs = {
             "num_workers": self.num_workers,
             "pin_memory": pin_memory,

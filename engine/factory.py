@@ -18,6 +18,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from collators.default import DefaultCollator
 from engine.config import DataLoaderConfig
 from engine.loader import PassAwareLoader, ResumableLoader
+from engine.pipeline import ThreadLoader
 from engine.rng import derive_seed, generator_from, seed_worker
 from engine.sampling.base import EpochBatchSampler, EpochHandle
 from engine.sampling.eval import ShardedEvalBatchSampler
@@ -76,6 +77,11 @@ class DataLoaderFactory:
             **kwargs,
         )
         if isinstance(dataset, IterableDataset):
+            if config.num_threads:
+                raise ValueError(
+                    f"num_threads={config.num_threads} loads map-style data through its batch sampler, but the data "
+                    f"is an IterableDataset (a stream); set num_threads=0, or num_workers > 0 to read it in workers"
+                )
             if config.shuffle:
                 raise ValueError(
                     "shuffle=True cannot reorder an IterableDataset; shuffle it at the source "
@@ -87,7 +93,7 @@ class DataLoaderFactory:
         source = as_source(dataset)
         check_picklable(source, collate, kwargs)
         if batch_sampler is not None:
-            return _attach_epoch_handle(ResumableLoader(source, batch_sampler=batch_sampler, **common))
+            return _attach_epoch_handle(_map_loader(source, batch_sampler, config, common))
         sampler = SeededBatchSampler(
             len(source),
             config.batch_size,
@@ -98,7 +104,7 @@ class DataLoaderFactory:
             rank=rank,
             uneven=uneven,
         )
-        return _attach_epoch_handle(ResumableLoader(source, batch_sampler=sampler, **common))
+        return _attach_epoch_handle(_map_loader(source, sampler, config, common))
 
     def train_dataloader(self, source: Any, config: DataLoaderConfig, *, batching: str = "plain",
                          max_tokens: int | None = None, key: str | None = None, rank: int = 0, num_replicas: int = 1,
@@ -144,7 +150,19 @@ def batch_sampler_for(source: Any, *, batching: str, batch_size: int, seed: int,
     return TokenBudgetBatchSampler(lengths, int(max_tokens), seed=seed, **ranks)
 
 
-def _attach_epoch_handle(loader: StatefulDataLoader) -> StatefulDataLoader:
+def _map_loader(source: Any, sampler: Sampler[list[int]], config: DataLoaderConfig, common: dict[str, Any]
+                ) -> StatefulDataLoader | ThreadLoader:
+    """The loader of map-style data: background threads (``num_threads``) when the sampler is one of the engine's
+    resumable ones, else torchdata's loader. Prediction keeps torch's ``BatchSampler``, which Lightning wraps to
+    track indices, so it loads on the step's path."""
+    if config.num_threads and isinstance(sampler, EpochBatchSampler):
+        return ThreadLoader(source, batch_sampler=sampler, collate_fn=common["collate_fn"],
+                            num_threads=config.num_threads, prefetch_factor=config.prefetch_factor or 2,
+                            pin_memory=common["pin_memory"])
+    return ResumableLoader(source, batch_sampler=sampler, **common)
+
+
+def _attach_epoch_handle(loader: Any) -> Any:
     handle = getattr(loader.batch_sampler, "sampler", None)
     if isinstance(handle, EpochHandle):  # Lightning's per-epoch set_epoch then reaches the datasets too
         handle.attach(loader)

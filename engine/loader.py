@@ -49,13 +49,7 @@ class ResumableLoader(StatefulDataLoader):
         if self._iterator is None and parked is not None and self.next_iter_state is None \
                 and not parked.get("_iterator_finished"):
             self.next_iter_state = parked  # continue the dropped pass (a finished one: the next epoch follows)
-        batches = super().__iter__()
-        skipping = getattr(self.dataset, "on_error", "raise") != "raise"
-        if not skipping and self.num_workers == 0:
-            return batches  # nothing to unwrap and no worker to die: the plain iterator, no per-step cost
-        if skipping and self.skipped is None:
-            self.skipped = SkipReport(self.dataset.on_error)
-        return CheckedBatches(batches, self)
+        return checked(super().__iter__(), self)
 
     def state_dict(self) -> dict[str, Any]:
         if self._iterator is None and self._parked is not None and self.next_iter_state is None:
@@ -92,12 +86,23 @@ class PassAwareLoader(StatefulDataLoader):
         return batches
 
 
+def checked(batches: Any, loader: Any) -> Any:
+    """``batches`` (an iterator of ``loader``) as they are when nothing needs unwrapping and no worker can die, so
+    the plain iterator costs nothing per step; else a :class:`CheckedBatches` over them."""
+    skipping = getattr(loader.dataset, "on_error", "raise") != "raise"
+    if not skipping and loader.num_workers == 0:
+        return batches
+    if skipping and loader.skipped is None:
+        loader.skipped = SkipReport(loader.dataset.on_error)
+    return CheckedBatches(batches, loader)
+
+
 class CheckedBatches:
     """A loader's iterator, in the parent process: unwraps batches that carry skipped rows into the loader's
     :class:`SkipReport` (checking the cap for this pass), and turns a worker's death into an error naming the
     split and the likely fix. Everything else (``state_dict``, ...) is the wrapped iterator's."""
 
-    def __init__(self, batches: Any, loader: ResumableLoader) -> None:
+    def __init__(self, batches: Any, loader: Any) -> None:
         self._batches, self._report = batches, loader.skipped
         self._split = getattr(loader.dataset, "role", "data")
         replicas = getattr(loader.batch_sampler, "num_replicas", 1)

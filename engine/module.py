@@ -48,7 +48,8 @@ class UniversalDataModule(lightning.LightningDataModule):
         val_data, test_data, predict_data: Optional separate datasets of the same kinds.
         val_split, test_split: Fraction in [0, 1) or row count cut from ``train_data`` (seeded, disjoint).
         batch_size: Rows per training batch; ``eval_batch_size`` (default the same) for the others.
-        num_workers, pin_memory, persistent_workers, prefetch_factor: As in :class:`DataLoaderConfig`.
+        num_workers, pin_memory, persistent_workers, prefetch_factor, num_threads: As in :class:`DataLoaderConfig`
+            (``num_threads``: background threads of this process load the next batches while the step runs).
         seed: Seed of the split, the shuffle and every random choice in the collators.
         shuffle: Seeded shuffle with a new order each epoch; default on, except for a stream (read in its order).
         drop_last: Drop the last incomplete training batch (evaluation loaders never shuffle or drop).
@@ -94,6 +95,7 @@ class UniversalDataModule(lightning.LightningDataModule):
         device_normalize: bool = False, validate: bool = False, multi_config: MultiDataLoaderConfig | None = None,
         on_error: str = "raise", max_skipped: int | float | None = None,
         train_transform: Callable[..., Any] | None = None, eval_transform: Callable[..., Any] | None = None,
+        num_threads: int = 0,
     ) -> None:
         super().__init__()
         options.record_configuration(self, options.checkpoint_configuration(locals(), NOT_CHECKPOINTED))
@@ -116,7 +118,7 @@ class UniversalDataModule(lightning.LightningDataModule):
         self.train_config, self.eval_config = options.loader_configs(
             batch_size=batch_size, eval_batch_size=eval_batch_size, shuffle=self._stream is None if shuffle is None
             else shuffle, drop_last=drop_last, num_workers=num_workers, pin_memory=pin_memory,
-            prefetch_factor=prefetch_factor, persistent_workers=persistent_workers, seed=seed)
+            prefetch_factor=prefetch_factor, persistent_workers=persistent_workers, seed=seed, num_threads=num_threads)
         self.batching, self.max_tokens, self.batching_reason = resolve_batching(task_spec, batching, max_tokens,
                                                                                 self.train_config.shuffle)
         options.check_stream_batching(self._stream is not None, self.batching)

@@ -50,10 +50,10 @@ def check_stream_batching(is_stream: bool, batching: str) -> None:
 
 def loader_configs(*, batch_size: int, eval_batch_size: int | None, shuffle: bool, drop_last: bool,
                    num_workers: int, pin_memory: bool | None, prefetch_factor: int, persistent_workers: bool | None,
-                   seed: int) -> tuple[DataLoaderConfig, DataLoaderConfig]:
+                   seed: int, num_threads: int = 0) -> tuple[DataLoaderConfig, DataLoaderConfig]:
     """The training and evaluation loader configs of a module; evaluation never shuffles or drops rows."""
     shared = dict(num_workers=num_workers, pin_memory=pin_memory, prefetch_factor=prefetch_factor,
-                  persistent_workers=persistent_workers, seed=seed)
+                  persistent_workers=persistent_workers, seed=seed, num_threads=num_threads)
     train = DataLoaderConfig(batch_size=batch_size, shuffle=shuffle, drop_last=drop_last, **shared)
     if eval_batch_size is not None:
         check_int("eval_batch_size", eval_batch_size, minimum=1)

@@ -8,6 +8,7 @@ from typing import Any
 
 from collators import CollatorRegistry, Resolution
 from engine.rng import content_seed, generator_from
+from engine.sources._arrow_fetch import ColumnBatch
 from engine.sources.bad_rows import WithSkippedRows, named_error
 from task_spec import TaskSpec
 
@@ -35,6 +36,7 @@ class SeededCollate:
     def __init__(self, collate_fn: Callable[..., Any], *, content_seed_from: int | None = None) -> None:
         self.collate_fn = collate_fn
         self.takes_generator = accepts_generator(collate_fn)
+        self.reads_columns = callable(getattr(collate_fn, "collate_columns", None))
         self.content_seed_from = content_seed_from
 
     def __call__(self, rows: list[Any]) -> Any:
@@ -44,6 +46,8 @@ class SeededCollate:
 
     def _collate(self, rows: list[Any]) -> Any:
         try:
+            if isinstance(rows, ColumnBatch) and not self.reads_columns:  # a plain list for collators of rows
+                rows = rows.rows()
             if not self.takes_generator:
                 return self.collate_fn(rows)
             seed = getattr(rows, "rng_seed", None)

@@ -142,7 +142,8 @@ class TrainPosition:
             return self._pending_epoch
         if isinstance(self.loader.dataset, EpochStream):
             return self.loader.dataset.epoch
-        return self.loader.batch_sampler.epoch
+        delivered = getattr(self.loader, "delivered_epoch", None)  # a loader whose sampler runs ahead (threads)
+        return delivered if delivered is not None else self.loader.batch_sampler.epoch
 
     def save(self) -> dict[str, Any]:
         """``{epoch, train_loader}``: the loader's state, or the loaded one not yet applied."""

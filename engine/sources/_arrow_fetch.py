@@ -61,14 +61,18 @@ class _RaggedIndex:
         return RaggedColumn(values, offsets)
 
     def _gather_in(self, k: int, rows: np.ndarray) -> RaggedColumn:
-        """Vectorized ragged gather inside chunk ``k``: starts/ends from the offsets, one fancy index for values."""
-        offsets, values = self.offsets[k], self.values[k]
-        starts = offsets[rows].astype(np.int64)
-        lengths = offsets[rows + 1] - starts
-        out = np.zeros(len(rows) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=out[1:])
-        index = np.arange(out[-1], dtype=np.int64) + np.repeat(starts - out[:-1], lengths)
-        return RaggedColumn(values[index], out)
+        return ragged_gather(self.values[k], self.offsets[k], rows)
+
+
+def ragged_gather(values: np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> RaggedColumn:
+    """Rows ``rows`` of the flat ``values`` + ``offsets`` layout, gathered into a new flat buffer + offsets:
+    starts and ends from the offsets, then one fancy index for the values (no per-row Python objects)."""
+    starts = offsets[rows].astype(np.int64)
+    lengths = offsets[rows + 1] - starts
+    out = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=out[1:])
+    index = np.arange(out[-1], dtype=np.int64) + np.repeat(starts - out[:-1], lengths)
+    return RaggedColumn(values[index], out)
 
 
 class ArrowBatchFetcher:
@@ -132,7 +136,8 @@ class ArrowBatchFetcher:
 
 
 class ColumnBatch(Sequence):
-    """One batch of an :class:`engine.sources.adapt.HFSource`: columns for collators that read them, else row dicts.
+    """One batch of a source that can hand over columns (an :class:`engine.sources.adapt.HFSource`, or a
+    ``TensorListSource`` of 1-D integer rows): columns for collators that read them, else the rows.
 
     A ``Sequence`` of row dicts (built on first use: the rows a ``RowBatch`` would hold) with the batch's
     ``rng_seed``; :meth:`to_columns` fetches the same rows column-wise without building them. Pickles as a

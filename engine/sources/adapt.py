@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from engine.sources._arrow_fetch import ArrowBatchFetcher, ColumnBatch
+from engine.sources._arrow_fetch import ArrowBatchFetcher, ColumnBatch, ragged_gather
 from engine.sources.bad_rows import DataRowError as DataRowError  # its home before bad_rows.py; still importable
 from engine.sources.bad_rows import SkippedRow, named_error, read_skipping, transform_skipping
 from engine.sources.files import is_path_data, load_paths
@@ -219,6 +219,31 @@ class TensorListSource(MapSource):
 
     def __len__(self) -> int:
         return len(self.positions) if self.positions is not None else len(self.shapes)
+
+    def __getitems__(self, indices: Sequence[int]) -> RowBatch | ColumnBatch:
+        """1-D integer rows (token ids) come as a :class:`ColumnBatch`: the text collator pads them straight from
+        the buffer (the same result as from the rows); other rows, and other collators, see the row views."""
+        if self.buffer.dtype.is_floating_point or self.buffer.dtype in (torch.bool, torch.complex64, torch.complex128) \
+                or self.shapes.shape[1] != 1 or self.transform is not None:  # a transform needs rows: the row path
+            return super().__getitems__(indices)
+        batch = ColumnBatch(self, list(indices))
+        batch.rng_seed = getattr(indices, "rng_seed", None)
+        return batch
+
+    def fetch_rows(self, positions: list[int]) -> RowBatch:
+        """The rows at ``positions`` (views into the buffer), as the row path gives them."""
+        return RowBatch(self._fetch(positions))
+
+    def fetch_columns(self, positions: Sequence[int]) -> dict[str, Any]:
+        """``{key: RaggedColumn}`` of the rows at ``positions`` (key ``input_ids`` for bare rows): one gather."""
+        rows = np.asarray(positions, dtype=np.int64)
+        if self.positions is not None:
+            rows = self.positions[rows]
+        return {self.key or "input_ids": ragged_gather(self.buffer.numpy(), self.offsets.numpy(), rows)}
+
+    @property
+    def column_names(self) -> list[str]:
+        return [self.key or "input_ids"]
 
     def _row(self, index: int) -> torch.Tensor:
         start, end = int(self.offsets[index]), int(self.offsets[index + 1])

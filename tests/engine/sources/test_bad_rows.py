@@ -103,6 +103,13 @@ def test_a_transform_error_in_a_hugging_face_dataset_is_left_out_too():
     assert dm.skipped.records == [SkippedRow(5, "train", "ValueError", "cannot decode row 5")]
 
 
+def test_a_thread_loader_leaves_out_and_records_the_same_rows_as_no_workers():
+    dm = module(Rows(), on_error="skip")
+    threaded = module(Rows(), on_error="skip", num_threads=1)
+    assert passes(threaded) == passes(dm)
+    assert threaded.skipped.records == dm.skipped.records and dm.skipped.count > 0
+
+
 class FailOn:
     """A module-level train_transform that raises on the rows in ``bad`` and adds a seeded random offset elsewhere."""
 

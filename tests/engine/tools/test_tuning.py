@@ -27,9 +27,34 @@ class TestRecommendNumWorkers:
             assert isinstance(measurement, WorkerMeasurement) and measurement.num_workers == workers
             assert (measurement.batches, measurement.samples) == (3, 12)
             assert measurement.seconds > 0 and measurement.samples_per_s > 0
-        best = max(result.table.values(), key=lambda m: m.samples_per_s)
-        assert result.num_workers == best.num_workers
-        assert f"num_workers={result.num_workers}" in str(result) and "samples/s" in str(result)
+        assert list(result.threads_table) == [1] and result.threads_table[1].num_threads == 1
+        assert (result.threads_table[1].batches, result.threads_table[1].samples) == (3, 12)
+        best = max(result.measurements, key=lambda m: m.samples_per_s)
+        assert (result.num_workers, result.num_threads) == (best.num_workers, best.num_threads)
+        assert result.loader_options == {"num_workers": best.num_workers, "num_threads": best.num_threads}
+        assert f"{best.mode}: highest measured throughput" in str(result) and "samples/s" in str(result)
+
+    def test_with_a_step_the_mode_that_adds_least_to_it_wins_and_says_why(self):
+        result = recommend_num_workers(Rows(), candidates=(0,), threads=(1, 2), step_s=0.002, batch_size=4,
+                                       max_batches=4)
+        assert [m.mode for m in result.measurements] == ["num_workers=0", "num_threads=1", "num_threads=2"]
+        for measurement in result.measurements:
+            assert measurement.step_s == 0.002 and measurement.seconds >= 4 * 0.002
+            assert measurement.loading_per_batch_s == measurement.seconds / 4 - 0.002
+        best = min(result.measurements, key=lambda m: m.loading_per_batch_s)
+        assert (result.num_workers, result.num_threads) == (best.num_workers, best.num_threads)
+        assert "adds the least to a 2.0 ms step" in result.reason
+        assert ("threads prepare batches" in result.reason) == bool(result.num_threads)
+
+    def test_threads_can_be_left_out(self):
+        result = recommend_num_workers(Rows(), candidates=(0,), threads=(), batch_size=4, max_batches=2)
+        assert result.threads_table == {} and result.num_threads == 0
+
+    @pytest.mark.parametrize(("option", "value"), [("threads", (0,)), ("threads", (1, 1)), ("step_s", -1.0),
+                                                   ("step_s", "10ms")])
+    def test_rejects_bad_threads_and_step(self, option, value):
+        with pytest.raises(ValueError, match=f"{option} should be"):
+            recommend_num_workers(Rows(), candidates=(0,), batch_size=4, **{option: value})
 
     def test_uses_the_module_training_split_batch_size_and_collator(self):
         generator = torch.Generator().manual_seed(0)

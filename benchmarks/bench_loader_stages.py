@@ -1,0 +1,126 @@
+"""The per-batch CPU cost of our loading path, stage by stage: 64 rows from a flat buffer and from Arrow.
+
+Stages, each timed alone on the same batches (best of several repeats, single thread): sampling (the batch
+sampler's indices, seed derivation excluded), seed derivation (``batch_seed`` and the batch's generator), fetch
+(``__getitems__`` and the columns it hands over), collate (``TextCollator`` without value checks), value checks
+(the difference with ``check_values=True``), and the whole ``num_workers=0`` loader per batch, whose excess over
+the stages is the loader's own glue. The floor is a copy of the finished batch's tensors (a memcpy).
+
+Where a stage has a "before", the anchor column holds it: the row path these batches took before the columns
+path (per-row views of the buffer, or ``datasets``' row dicts, then the collator on rows), on the same rows and
+with the same result (checked).
+
+Run: ``PYTHONPATH=. python -m benchmarks.bench_loader_stages [--quick]`` or ``python -m benchmarks --only
+loader_stages``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from benchmarks._harness import best_seconds, check_same, format_table, machine, tokenizer
+from benchmarks.bench_hf_epoch import SPEC as ARROW_SPEC
+from benchmarks.bench_hf_epoch import build_dataset
+from collators.text import TextCollator
+from engine.module import UniversalDataModule
+from engine.rng import batch_seed, generator_from
+from engine.sampling.seeded import SeededBatchSampler
+from task_spec import TaskSpec
+
+NAME = "loader_stages"
+BATCH = 64
+TARGET_MS = 0.15
+
+
+def token_module(rows: int) -> UniversalDataModule:
+    rng = np.random.default_rng(0)
+    data = [torch.from_numpy(rng.integers(0, 50_000, int(n))) for n in rng.integers(32, 513, rows)]
+    return UniversalDataModule(data, task_spec=TaskSpec.lm_tiny(), batch_size=BATCH, seed=0)
+
+
+def arrow_module(rows: int) -> UniversalDataModule:
+    return UniversalDataModule(build_dataset(rows), task_spec=ARROW_SPEC, tokenizer=tokenizer(), batch_size=BATCH,
+                               seed=0)
+
+
+def _row(case: str, stage: str, ours_s: float, *, anchor: str = "-", anchor_s: float | None = None,
+         target: str | None = None, met: bool | None = None, note: str = "") -> dict[str, Any]:
+    return {"benchmark": NAME, "case": f"{case}: {stage}", "anchor": anchor,
+            "anchor_ms": None if anchor_s is None else anchor_s * 1e3, "ours_ms": ours_s * 1e3,
+            "ratio": None if anchor_s is None else anchor_s / ours_s, "throughput": None, "target": target,
+            "met": met, "note": note}
+
+
+def per_batch(function: Callable[[list[int]], Any], batches: list[list[int]], repeats: int) -> float:
+    """Best over ``repeats`` of the mean seconds of ``function`` over ``batches``."""
+    return best_seconds(lambda: [function(batch) for batch in batches], repeats=repeats) / len(batches)
+
+
+def stages(case: str, dm: UniversalDataModule, *, repeats: int) -> list[dict[str, Any]]:
+    dm.setup()
+    source, collator = dm.datasets["train"], dm.collator
+    unchecked = TextCollator(task_spec=dm.task_spec, tokenizer=dm.tokenizer, check_values=False)
+    sampler = SeededBatchSampler(len(source), BATCH, shuffle=True, seed=0)
+    batches = [list(batch) for batch in sampler][:100]
+    seeds = [batch_seed(0, 1, batch) for batch in batches]
+
+    def sample() -> None:
+        for _ in sampler:
+            pass
+
+    epoch_batches = len(sampler)
+    sampling = best_seconds(sample, repeats=repeats) / epoch_batches
+    seeding = per_batch(lambda batch: generator_from(batch_seed(0, 1, batch)), batches, repeats)
+    sampling_only = max(sampling - per_batch(lambda batch: batch_seed(0, 1, batch), batches, repeats), 0.0)
+    fetched = {tuple(batch): source.__getitems__(batch) for batch in batches}
+    fetch = per_batch(lambda batch: source.__getitems__(batch).to_columns(), batches, repeats)
+    fetch_rows = per_batch(lambda batch: list(source.fetch_rows(batch)), batches, repeats)
+    columns = {key: batch.to_columns() for key, batch in fetched.items()}
+    rows = {key: list(batch.rows()) for key, batch in fetched.items()}
+    for index, (key, seed) in enumerate(zip(columns, seeds)):
+        check_same(collator.collate_columns(columns[key], generator_from(seed)),
+                   collator(rows[key], generator=generator_from(seed)), ["input_ids", "attention_mask", "labels"],
+                   f"{NAME} {case} batch {index} (columns vs rows)")
+    collate = per_batch(lambda batch: unchecked.collate_columns(columns[tuple(batch)]), batches, repeats)
+    checked = per_batch(lambda batch: collator.collate_columns(columns[tuple(batch)]), batches, repeats)
+    collate_rows = per_batch(lambda batch: collator(rows[tuple(batch)]), batches, repeats)
+    loader = dm.train_dataloader()
+    count = len(loader)
+
+    def epoch() -> None:
+        for _ in loader:
+            pass
+
+    whole = best_seconds(epoch, repeats=repeats) / count
+    outputs = [collator.collate_columns(columns[tuple(batch)]) for batch in batches]
+    floor = per_batch(lambda batch: {key: value.clone() for key, value in outputs[0].items()}, batches[:1], repeats)
+    parts = sampling_only + seeding + fetch + checked
+    return [
+        _row(case, "sampling (indices of a batch)", sampling_only),
+        _row(case, "seed derivation (batch_seed + generator)", seeding),
+        _row(case, "fetch (columns of 64 rows)", fetch, anchor="row path: fetch rows", anchor_s=fetch_rows),
+        _row(case, "collate (no value checks)", collate),
+        _row(case, "value checks (ids in vocabulary)", max(checked - collate, 0.0)),
+        _row(case, "fetch + collate + checks", fetch + checked, anchor="row path: fetch rows + collate rows",
+             anchor_s=fetch_rows + collate_rows),
+        _row(case, "whole loader per batch, workers=0", whole, target=f"<= {TARGET_MS} ms",
+             met=bool(whole * 1e3 <= TARGET_MS), note=f"glue {max(whole - parts, 0.0) * 1e3:.3f} ms"),
+        _row(case, "floor: copy of the finished batch", floor),
+    ]
+
+
+def run(quick: bool = False) -> list[dict[str, Any]]:
+    rows, repeats = (3_200, 3) if quick else (12_800, 5)
+    return stages("tokens List[Tensor]", token_module(rows), repeats=repeats) + \
+        stages("HF Arrow", arrow_module(rows), repeats=repeats)
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    print("\n".join(machine()))
+    print(format_table(run(quick="--quick" in sys.argv)))

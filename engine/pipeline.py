@@ -1,0 +1,233 @@
+"""The thread loader: fetch and collate in a background thread of this process, off the training step's path.
+
+A ``torchdata.nodes`` pipeline (the batch sampler -> fetch + collate in a :class:`~torchdata.nodes.Mapper` run by
+a :class:`~torchdata.nodes.Prefetcher` thread, or a thread :class:`~torchdata.nodes.ParallelMapper` for several
+threads -> :class:`~torchdata.nodes.PinMemory` when pinning) prepares the next batches while the step runs. There
+is no process hand-off and nothing is pickled, so it suits work that is cheap or releases the GIL (flat buffers,
+Arrow columns, vectorized padding); Python-heavy transforms still want worker processes.
+
+Batches are those of ``num_workers=0``, bit for bit: the sampler and the per-batch seeds are the same objects.
+The state is the one ``num_workers=0`` saves (torchdata's single-process layout), and the sampler's position in it
+counts the batches *delivered* to the caller, not the ones prefetched: each batch travels with the sampler state
+taken just after it was drawn.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from torch.utils.data import DataLoader
+from torchdata import nodes
+
+from engine.loader import checked
+from engine.sampling.base import EpochBatchSampler
+from engine.sources.bad_rows import SkipReport
+from engine.state import ITERATOR_FINISHED, sampler_state_of
+
+
+def loader_state(sampler_state: dict[str, Any], num_yielded: int, finished: bool) -> dict[str, Any]:
+    """A state in the layout torchdata's single-process ``StatefulDataLoader`` saves, so either loader loads it."""
+    return {"_index_sampler_state": sampler_state, "_sampler_iter_state": None, "_sampler_iter_yielded": num_yielded,
+            "_num_yielded": num_yielded, "_IterableDataset_len_called": None, "_shared_seed": None,
+            "fetcher_state": None, "dataset_state": None, ITERATOR_FINISHED: finished}
+
+
+class _FetchCollate:
+    """The work of one batch in a pipeline thread: read its rows, collate them, keep the sampler state with it."""
+
+    def __init__(self, dataset: Any, collate_fn: Any) -> None:
+        self.dataset, self.collate_fn = dataset, collate_fn
+        self.batched = callable(getattr(dataset, "__getitems__", None))
+
+    def __call__(self, item: tuple[list[int], dict[str, Any]]) -> tuple[Any, dict[str, Any]]:
+        indices, sampler_state = item
+        rows = self.dataset.__getitems__(indices) if self.batched else [self.dataset[i] for i in indices]
+        return self.collate_fn(rows), sampler_state
+
+
+class _SampledBatches:
+    """The sampler's batches of one pass, each with the sampler's state just after it; stops drawing (without
+    finishing the sampler's pass) once the loader started another pass, so a stale thread never moves it.
+
+    It draws one batch ahead, so the sampler has finished its pass (its epoch bookkeeping) before the last batch
+    is handed on: a ``set_epoch`` the caller makes after the last batch never meets the thread in the sampler.
+    """
+
+    def __init__(self, loader: ThreadLoader, pass_id: int) -> None:
+        self.loader, self.pass_id = loader, pass_id
+
+    def _draw(self, batches: Iterator[Any]) -> tuple[Any, Any] | None:
+        with self.loader._sampler_lock:
+            if self.loader._pass_id != self.pass_id:
+                return None
+            batch = next(batches, None)
+            return None if batch is None else (batch, self.loader.batch_sampler.state_dict())
+
+    def __iter__(self) -> Iterator[tuple[list[int], dict[str, Any]]]:
+        batches = iter(self.loader.batch_sampler)
+        current = self._draw(batches)
+        while current is not None:
+            following = self._draw(batches)
+            yield current
+            current = following
+
+
+class ThreadLoader(DataLoader):
+    """A ``DataLoader`` whose batches are prepared by ``num_threads`` background threads of this process.
+
+    Iterating, ``len``, ``batch_sampler`` (Lightning's ``set_epoch`` reaches ``batch_sampler.sampler``),
+    ``state_dict`` and ``load_state_dict`` behave as for the engine's ``num_workers=0`` loader, including a pass
+    whose iterator a framework dropped (``loader._iterator = None``: the pass continues at the next ``iter``) and a
+    pass that finished (the next epoch follows).
+
+    Example:
+        >>> import torch
+        >>> from torch.utils.data import TensorDataset
+        >>> from engine import DataLoaderConfig, DataLoaderFactory
+        >>> loader = DataLoaderFactory().create_dataloader(TensorDataset(torch.arange(10.0)),
+        ...                                                DataLoaderConfig(batch_size=4, num_threads=1))
+        >>> type(loader).__name__, [len(batch[0]) for batch in loader]
+        ('ThreadLoader', [4, 4, 2])
+    """
+
+    skipped: SkipReport | None = None
+    """Where the rows its source leaves out are recorded (the module's ``dm.skipped``; one of its own if unset)."""
+
+    def __init__(self, dataset: Any, *, batch_sampler: EpochBatchSampler, collate_fn: Any, num_threads: int,
+                 prefetch_factor: int, pin_memory: bool) -> None:
+        super().__init__(dataset, batch_sampler=batch_sampler, collate_fn=collate_fn, num_workers=0,
+                         pin_memory=pin_memory)
+        self.num_threads, self.prefetch_factor = num_threads, prefetch_factor
+        self._sampler_lock = threading.Lock()
+        self._pass_id = 0
+        self._pending: dict[str, Any] | None = None  # a loaded or parked state, applied at the next iter()
+        self._delivered = loader_state(batch_sampler.state_dict(), 0, False)
+
+    # Lightning drops an iterator by setting ``_iterator = None`` (end of fit): its position is kept.
+    @property
+    def _iterator(self) -> Any:
+        return self.__dict__.get("_live_iterator")
+
+    @_iterator.setter
+    def _iterator(self, iterator: Any) -> None:
+        current = self.__dict__.get("_live_iterator")
+        self.__dict__["_live_iterator"] = iterator
+        if iterator is None and current is not None:
+            current.close()
+            if not self._delivered[ITERATOR_FINISHED] and self._pending is None:
+                self._pending = self._delivered  # continue the dropped pass
+
+    def __iter__(self) -> _ThreadPass:
+        current = self._iterator
+        if current is not None:
+            current.close()  # an abandoned pass still counts as an epoch, as with num_workers=0
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self.batch_sampler.load_state_dict(sampler_state_of(pending))  # after any set_epoch, as torchdata does
+        self._delivered = loader_state(self.batch_sampler.state_dict(), pending["_num_yielded"] if pending else 0,
+                                       False)
+        self.__dict__["_live_iterator"] = _ThreadPass(self)
+        return checked(self._iterator, self)  # rows left out by on_error='skip' reach dm.skipped here too
+
+    @property
+    def delivered_epoch(self) -> int:
+        """The epoch of the position :meth:`state_dict` reports (the sampler itself may have run ahead)."""
+        return int(sampler_state_of(self.state_dict())["epoch"])
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position after the last batch handed to the caller (num_workers=0's layout)."""
+        return self._pending if self._pending is not None else self._delivered
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Continue from ``state_dict`` at the next ``iter``; the sampler's part is checked now. A state saved
+        after its pass ended goes to the sampler at once: the next epoch starts from its beginning."""
+        if not isinstance(state_dict, dict):
+            raise TypeError(f"state_dict should be a dict from loader.state_dict(), but got "
+                            f"{type(state_dict).__name__}")
+        sampler_state = sampler_state_of(state_dict)
+        if sampler_state is None:
+            raise ValueError(f"state_dict has no sampler state (keys {sorted(state_dict)}); pass a dict saved by "
+                             f"loader.state_dict()")
+        self.batch_sampler.check_state(sampler_state)
+        self._stop_live_pass()
+        if state_dict.get(ITERATOR_FINISHED):
+            self.batch_sampler.load_state_dict(sampler_state)
+            self._pending = None
+            self._delivered = loader_state(self.batch_sampler.state_dict(), 0, True)
+        else:
+            self._pending = loader_state(dict(sampler_state), int(state_dict.get("_num_yielded", 0)), False)
+
+    def _stop_live_pass(self) -> None:
+        current = self.__dict__.pop("_live_iterator", None)
+        if current is not None:
+            current.close()
+
+
+class _ThreadPass(Iterator[Any]):
+    """One pass of a :class:`ThreadLoader`: the running pipeline, and the bookkeeping of what it delivered."""
+
+    def __init__(self, loader: ThreadLoader) -> None:
+        self.loader = loader
+        with loader._sampler_lock:
+            loader._pass_id += 1
+            self.pass_id = loader._pass_id
+        source = nodes.IterableWrapper(_SampledBatches(loader, self.pass_id))
+        work = _FetchCollate(loader.dataset, loader.collate_fn)
+        # snapshot_frequency=0: torchdata's per-item snapshots are not needed, each batch carries its position
+        if loader.num_threads == 1:
+            node: nodes.BaseNode = nodes.Prefetcher(nodes.Mapper(source, work), loader.prefetch_factor,
+                                                    snapshot_frequency=0)
+        else:
+            node = nodes.ParallelMapper(source, work, num_workers=loader.num_threads, in_order=True,
+                                        method="thread", max_concurrent=loader.num_threads, snapshot_frequency=0)
+            node = nodes.Prefetcher(node, loader.prefetch_factor * loader.num_threads, snapshot_frequency=0)
+        if loader.pin_memory:
+            node = nodes.PinMemory(node, snapshot_frequency=0)
+        self.node: nodes.BaseNode | None = node
+        node.reset()
+        self.num_yielded = loader._delivered["_num_yielded"]
+
+    def __next__(self) -> Any:
+        retired = getattr(self.loader.batch_sampler, "_retired", None)
+        if retired is not None:  # the module loaded another state: prefetched batches are stale
+            self.close()
+            raise RuntimeError(retired)
+        if self.node is None or self.loader._pass_id != self.pass_id:
+            raise StopIteration
+        try:
+            batch, sampler_state = next(self.node)
+        except StopIteration:
+            self.close()
+            self.loader._delivered = loader_state(self.loader.batch_sampler.state_dict(), self.num_yielded, True)
+            raise
+        except BaseException:
+            self.close()
+            raise
+        self.num_yielded += 1
+        self.loader._delivered = loader_state(sampler_state, self.num_yielded, False)
+        return batch
+
+    def close(self) -> None:
+        """Stop the pipeline's threads; the sampler is not drawn from again by this pass."""
+        with self.loader._sampler_lock:
+            if self.loader._pass_id == self.pass_id:
+                self.loader._pass_id += 1
+        node, self.node = self.node, None
+        if node is not None:
+            _shutdown(node)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+
+def _shutdown(node: nodes.BaseNode) -> None:
+    """Join the threads of a pipeline's nodes now (torchdata does it when they are garbage-collected)."""
+    while node is not None:
+        running = getattr(node, "_it", None)
+        while running is not None and not callable(getattr(running, "_shutdown", None)):
+            running = getattr(running, "_it", None)  # ParallelMapper keeps its threads one level down
+        if running is not None:
+            running._shutdown()
+        node = getattr(node, "source", None)
