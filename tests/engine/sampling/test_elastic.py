@@ -138,6 +138,27 @@ class TestPlain:
         assert resume(plain(4), state) == [list(s) for s in fresh]
 
 
+class TestCallersEpochs:
+    """Lightning stops at max_steps mid-epoch and counts the epoch as done: a new Trainer calls set_epoch(e + 1),
+    before the loaded state is applied (torchdata applies it at iter()) or after (a state applied at once)."""
+
+    @pytest.mark.parametrize("set_epoch_first", [True, False])
+    def test_the_rest_of_the_saved_epoch_comes_first_then_the_callers_epochs_follow(self, set_epoch_first):
+        served, state = save(plain(2), 2)
+        resumed, fresh = plain(1), plain(1)
+        for sampler in resumed:
+            if set_epoch_first:
+                sampler.set_epoch(1)
+            sampler.load_state_dict(state)
+            if not set_epoch_first:
+                sampler.set_epoch(1)
+        rest = [list(s) for s in resumed]
+        check_rest_of_epoch(served, rest, 1)
+        resumed[0].set_epoch(2)  # the caller's epoch 2 is the data's epoch 1
+        fresh[0].set_epoch(1)
+        assert list(resumed[0]) == list(fresh[0])
+
+
 class TestRefusals:
     def test_another_global_batch_names_the_per_rank_batch_to_pass(self):
         _, state = save(plain(2), 1)  # 2 ranks x 6 rows
