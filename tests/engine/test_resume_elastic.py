@@ -7,9 +7,11 @@ import pickle
 
 import datasets
 import pytest
+import torch
 
-from engine import UniversalDataModule
+from engine import SeededBatchSampler, UniversalDataModule
 from engine.config import DataLoaderConfig
+from engine.factory import DataLoaderFactory
 from engine.state import check_compatible, module_identity
 from tests.engine.test_resume import SPEC, module, rows, run
 from tests.engine.test_resume_lightning import Recorder, trainer
@@ -50,6 +52,27 @@ def test_lightning_checkpoint_resumes_with_another_number_of_workers(tmp_path):
     trainer(enable_checkpointing=False, max_steps=8).fit(resumed, datamodule=module(0),
                                                          ckpt_path=tmp_path / "step3.ckpt")
     assert resumed.seen == full.seen[3:]
+
+
+@pytest.mark.parametrize(("workers_before", "workers_after"), [(2, 2), (0, 2), (2, 0)])
+def test_a_loader_state_saved_on_two_ranks_finishes_its_epoch_on_one(workers_before, workers_after):
+    """Ranks and workers changed together, at the loader: torchdata's own path when the workers match (the
+    sampler converts the state at iter()), the sampler alone when they differ."""
+    data = [torch.tensor([row]) for row in range(37)]  # each row is its id; the default collator stacks them
+
+    def loader(ranks, rank, workers):
+        sampler = SeededBatchSampler(37, 8 // ranks, shuffle=True, seed=1, num_replicas=ranks, rank=rank)
+        config = DataLoaderConfig(batch_size=8 // ranks, num_workers=workers, seed=1)
+        return DataLoaderFactory().create_dataloader(data, config, batch_sampler=sampler)
+
+    saving, served = [loader(2, rank, workers_before) for rank in range(2)], []
+    for each in saving:
+        iterator = iter(each)
+        served += [int(row) for _ in range(2) for row in next(iterator).flatten()]
+    resumed = loader(1, 0, workers_after)
+    resumed.load_state_dict(saving[0].state_dict())
+    rest = [int(row) for batch in resumed for row in batch.flatten()]
+    assert len(served) == 16 and sorted(served + rest) == list(range(37))  # each row once
 
 
 class TestGlobalBatch:
