@@ -33,6 +33,16 @@ def test_resume_with_another_number_of_workers_continues_exactly(before, after, 
     assert run(resumed, 6) == reference[3:]
 
 
+def test_a_hugging_face_dataset_resumes_with_another_number_of_workers():
+    data = datasets.Dataset.from_dict({"input_ids": [row.tolist() for row in rows()]})
+    reference = run(module(0, data=data), 7)
+    first = module(2, data=data)
+    assert run(first, 2) == reference[:2]
+    resumed = module(0, data=data)
+    resumed.load_state_dict(first.state_dict())
+    assert run(resumed, 5) == reference[2:]
+
+
 def test_a_state_saved_at_the_end_of_an_epoch_with_workers_goes_on_with_the_next_epoch_without():
     reference = run(module(0), 8)
     first = module(2)
