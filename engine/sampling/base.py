@@ -119,7 +119,9 @@ class EpochBatchSampler(Sampler[list[int]]):
         self._fresh = True
 
     def __len__(self) -> int:
-        return len(self._batches(self._epoch))
+        """This rank's batches of the current epoch. After an elastic resume, the steps served on other ranks count
+        too, as the caller's (Lightning's) restored step count within the epoch does."""
+        return sum(position for _, position in self._segments(self._epoch)) + len(self._batches(self._epoch))
 
     def __iter__(self) -> Iterator[BatchIndices]:
         # Bookkeeping runs lazily, on the first next(): torchdata creates iterators it never consumes.

@@ -113,6 +113,15 @@ class TestPlain:
         assert [list(s) for s in resumed] == [list(s) for s in fresh]
         assert [list(s) for s in resumed] == [list(s) for s in fresh]  # and the epoch after
 
+    @pytest.mark.parametrize("make", [plain, grouped, token_budget])
+    def test_len_counts_the_steps_served_before_the_resume(self, make):
+        _, state = save(make(2), 2)
+        resumed = make(4)
+        for sampler in resumed:
+            sampler.load_state_dict(state)
+        count = len(resumed[0])
+        assert count == 2 + len(list(resumed[0]))  # Lightning restores 2 steps done, then counts up to len()
+
     def test_chained_resumes_2_to_1_to_4_still_serve_each_row_once(self):
         served, state = save(plain(2), 1)
         one = plain(1)
