@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 
 from tests.distributed._elastic_resume import module, row_ids
+from tests.distributed._lightning_elastic import Recorder
+from tests.distributed._lightning_elastic import module as lightning_module
+from tests.distributed._lightning_elastic import trainer as lightning_trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "distributed" / "_elastic_resume.py"
@@ -44,3 +47,17 @@ def test_a_state_saved_on_some_ranks_finishes_its_epoch_on_others(tmp_path, befo
     assert len(rest) - len(set(rest)) < after  # the pad rule's repeats only
     for r in resumed:
         assert r["next"] == r["fresh_next"]  # the next epoch is what a fresh run on these ranks serves
+
+
+def test_a_lightning_ddp_checkpoint_resumes_on_one_device(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, str(ROOT / "tests" / "distributed" / "_lightning_elastic.py"),
+                             str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    served = [row for r in range(2) for row in json.loads((tmp_path / f"rank{r}.json").read_text())]
+    assert len(served) == len(set(served)) == 16  # 2 steps of 2 ranks x 4 rows
+    train_rows = set(row_ids(module(1, 0).train_dataloader()))
+    resumed = Recorder()
+    lightning_trainer(1, 5).fit(resumed, datamodule=lightning_module(1), ckpt_path=tmp_path / "ddp.ckpt")
+    assert len(resumed.rows) == 21  # the rest of the epoch on 1 device: 3 steps of 8 rows, the last of 5
+    assert not set(resumed.rows) & set(served) and set(resumed.rows) | set(served) == train_rows
