@@ -47,7 +47,8 @@ def rank_note(lengths: np.ndarray, ranks: int = 4) -> str:
     for uneven, verb in (("pad", "repeated"), ("drop", "dropped")):
         samplers = [TokenBudgetBatchSampler(lengths, MAX_TOKENS, seed=0, num_replicas=ranks, rank=r, uneven=uneven)
                     for r in range(ranks)]
-        own = [len(s._pack(s._permutation(0)[r::ranks])) for r, s in enumerate(samplers)]  # before equalizing
+        # each rank's own batch count, before equalizing
+        own = [len(s._pack(s.epoch_order(0)[r::ranks], s.max_tokens)) for r, s in enumerate(samplers)]
         counts = {len(s.epoch_batches(0)) for s in samplers}
         changed = sum(max(own) - c for c in own) if uneven == "pad" else sum(c - min(own) for c in own)
         parts.append(f"{uneven}: {'equal' if len(counts) == 1 else 'UNEQUAL'} {sorted(counts)} batches/rank, "

@@ -2,11 +2,16 @@
 
 Ours: ``UniversalDataModule(data, batch_size=64, num_workers=0).state_dict()`` a few batches into an epoch
 (version, seed, data and split fingerprints, world size, epoch and the StatefulDataLoader state, whose sampler part
-is three integers). Anchor: ``StatefulDataLoader(data, batch_size=64, sampler=RandomSampler(data)).state_dict()``
+is a few integers). Anchor: ``StatefulDataLoader(data, batch_size=64, sampler=RandomSampler(data)).state_dict()``
 over the same data at the same point (torchdata saves how many samples its sampler yielded and replays it on
 resume). Data: 100k rows of token ids (lengths 16..64), as a list of tensors and as a Hugging Face
 ``datasets.Dataset``. Each figure is the mean of many calls, best of several repeats. Both states are
 checked to resume exactly: a new loader that loads the state yields the same next batch as the one that saved it.
+
+Elastic state: the same ``dm.state_dict()`` in the rest of an epoch saved on 2 ranks (64 rows each, ranks simulated
+in one process) and resumed on 1 (128 rows), against the fixed-topology state of a 1-rank run (128 rows) at the same
+step; the resumed rest is checked to be the epoch's rows not served before the save, each once. The one-off cost of
+loading it (computing the rows left) is in the note.
 """
 
 from __future__ import annotations
@@ -22,12 +27,15 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from benchmarks._harness import OutputMismatch, best_seconds, check_same, result, token_lists
 from engine.module import UniversalDataModule
+from engine.state import sampler_state_of
 from task_spec import TaskSpec
 
 NAME = "state"
 ROWS, BATCH, SEED, CONSUMED = 100_000, 64, 0, 5
 SPEC = TaskSpec(name="bench_state", task_type="causal_lm", modality="text", special_tokens={"pad_token_id": 0})
 TARGET_MS = 1.0
+SAMPLER_TARGET_MS, TARGET_BYTES = 0.1, 4096
+"""The elastic state's own part (the sampler's) stays under 0.1 ms and the whole state under 4 KB."""
 
 
 def rows_as_tensors(ids: list[list[int]]) -> list[torch.Tensor]:
@@ -97,11 +105,71 @@ def case(label: str, data: Any, repeats: int, number: int) -> dict[str, Any]:
     return row
 
 
+class Ranks:
+    """A stand-in for a Lightning trainer that tells the module its rank and world size (ranks in one process)."""
+
+    def __init__(self, rank: int, world_size: int) -> None:
+        self.global_rank, self.world_size, self._accelerator_connector = rank, world_size, None
+
+
+def on_ranks(data: Any, rank: int, world_size: int) -> UniversalDataModule:
+    dm = UniversalDataModule(data, task_spec=SPEC, batch_size=2 * BATCH // world_size, num_workers=0, seed=SEED)
+    dm.trainer = Ranks(rank, world_size)
+    return dm
+
+
+def elastic_case(label: str, data: Any, repeats: int, number: int) -> dict[str, Any]:
+    saving = [on_ranks(data, rank, 2) for rank in range(2)]
+    for dm in saving:
+        iterator = iter(dm.train_dataloader())
+        for _ in range(CONSUMED):
+            next(iterator)
+    saved = pickle.loads(pickle.dumps(saving[0].state_dict()))
+    served = {row for dm in saving for batch in dm.train_dataloader().batch_sampler.epoch_batches(0)[:CONSUMED]
+              for row in batch}
+    start = time.perf_counter()
+    resumed = on_ranks(data, 0, 1)
+    resumed.setup()
+    setup_s = time.perf_counter() - start
+    start = time.perf_counter()
+    resumed.load_state_dict(saved)
+    load_s = time.perf_counter() - start
+    sampler = on_ranks(data, 0, 1).train_dataloader().batch_sampler  # the loaded sampler, stepped by itself
+    sampler.load_state_dict(sampler_state_of(saved["train_loader"]))
+    rest = [row for batch in sampler for row in batch]
+    if served & set(rest) or len(rest) != len(set(rest)) or len(served) + len(rest) != len(data):
+        raise OutputMismatch(f"{NAME} elastic {label}: the rest of the epoch does not serve each remaining row once")
+    iterator = iter(resumed.train_dataloader())
+    for _ in range(CONSUMED):
+        next(iterator)
+    fixed = on_ranks(data, 0, 1)
+    fixed_iterator = iter(fixed.train_dataloader())
+    for _ in range(CONSUMED):
+        next(fixed_iterator)
+    ours_s = best_seconds(resumed.state_dict, repeats=repeats, number=number, warmup=10)
+    anchor_s = best_seconds(fixed.state_dict, repeats=repeats, number=number, warmup=10)
+    ours_bytes, anchor_bytes = len(pickle.dumps(resumed.state_dict())), len(pickle.dumps(fixed.state_dict()))
+    sampler_s = best_seconds(resumed.train_dataloader().batch_sampler.state_dict, repeats=repeats, number=number)
+    fixed_sampler_s = best_seconds(fixed.train_dataloader().batch_sampler.state_dict, repeats=repeats, number=number)
+    row = result(NAME, f"elastic: dm.state_dict() in an epoch saved on 2 ranks, resumed on 1, {label}",
+                 anchor="dm.state_dict() of a 1-rank run (fixed topology)", anchor_s=anchor_s, ours_s=ours_s,
+                 target=f"< {TARGET_MS:g} ms; sampler < {SAMPLER_TARGET_MS:g} ms; < {TARGET_BYTES} B",
+                 throughput=f"{1 / ours_s:,.0f} saves/s",
+                 note=f"pickled state {ours_bytes} B (fixed topology {anchor_bytes} B); the sampler's own "
+                      f"state_dict {sampler_s * 1e6:.1f} us (fixed topology {fixed_sampler_s * 1e6:.1f} us); "
+                      f"loading it on 1 rank, once: "
+                      f"{load_s * 1e3:.0f} ms (setup {setup_s * 1e3:.0f} ms); the rest of the epoch checked: "
+                      f"each remaining row once")
+    row["met"] = ours_s * 1e3 < TARGET_MS and sampler_s * 1e3 < SAMPLER_TARGET_MS and ours_bytes < TARGET_BYTES
+    return row
+
+
 def run(quick: bool = False) -> list[dict[str, Any]]:
     rows, repeats, number = (ROWS, 3, 200) if quick else (ROWS, 7, 2000)
     ids = token_lists(rows, 16, 64, seed=3)
-    return [case("list of tensors", rows_as_tensors(ids), repeats, number),
-            case("HF Dataset", rows_as_hf(ids), repeats, number)]
+    tensors, hf = rows_as_tensors(ids), rows_as_hf(ids)
+    return [case("list of tensors", tensors, repeats, number), case("HF Dataset", hf, repeats, number),
+            elastic_case("list of tensors", tensors, repeats, number), elastic_case("HF Dataset", hf, repeats, number)]
 
 
 if __name__ == "__main__":

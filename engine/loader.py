@@ -15,7 +15,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from engine.distributed import stop_together
 from engine.sources.bad_rows import SkipReport, WithSkippedRows
-from engine.state import ITERATOR_FINISHED, sampler_state_of
+from engine.state import ITERATOR_FINISHED, sampler_state_of, saved_num_workers
 
 
 class ResumableLoader(StatefulDataLoader):
@@ -60,12 +60,20 @@ class ResumableLoader(StatefulDataLoader):
         """torchdata's, with the sampler's part checked now rather than at the first batch, and a state saved
         after its pass ended applied to the sampler alone: torchdata would build an iterator for it, see it
         finished and build another, and with workers the first has already drawn from the sampler, which would
-        skip an epoch. The sampler's state says all there is: the next epoch, from its start."""
+        skip an epoch. The sampler's state says all there is: the next epoch, from its start. So does a state saved
+        with another number of workers (the sampler runs here, in the parent; torchdata would refuse it): the
+        workers start fresh and the sampler continues."""
         sampler_state = sampler_state_of(state_dict) if isinstance(state_dict, dict) else None
         check = getattr(self.batch_sampler, "check_state", None)
         if sampler_state is not None and check is not None:
             check(sampler_state)
-        if sampler_state is not None and check is not None and state_dict.get(ITERATOR_FINISHED):
+        other_workers = sampler_state is not None and saved_num_workers(state_dict) != self.num_workers
+        if other_workers and state_dict.get("_steps_since_snapshot", 0):
+            workers = saved_num_workers(state_dict)
+            raise ValueError(f"the loader state was saved with num_workers={workers} and "
+                             f"{state_dict['_steps_since_snapshot']} steps after its last snapshot; it can only resume "
+                             f"with num_workers={workers} (or save with snapshot_every_n_steps=1)")
+        if sampler_state is not None and check is not None and (state_dict.get(ITERATOR_FINISHED) or other_workers):
             super().load_state_dict({})
             self.batch_sampler.load_state_dict(sampler_state)
         else:

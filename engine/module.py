@@ -244,7 +244,8 @@ class UniversalDataModule(lightning.LightningDataModule):
         Refuses a malformed state, or one from other data, seed, splits, ranks or batching options. A train loader
         already handed out is replaced; iterators still running over it raise rather than yield stale rows."""
         check_structure(state_dict)
-        check_compatible(state_dict, self.identity())  # not state_dict(): that would query the loader too
+        # not state_dict(): that would query the loader too. Map-style data resume on other ranks and workers.
+        check_compatible(state_dict, self.identity(), elastic=self._stream is None)
         if self._stream is not None and state_dict.get("train_loader"):
             check_resumable(self._stream)
         if SKIPPED_ROWS in state_dict:

@@ -2,7 +2,8 @@
 :class:`TrainPosition`, which holds a module's train loader or the loaded state waiting for it.
 
 A state is only loaded into a module whose data, seed and splits match; otherwise a resumed run would
-silently train on other rows, so loading raises and names what differs.
+silently train on other rows, so loading raises and names what differs. Map-style data resume elastically: on
+another number of ranks or workers, with the same global batch (:mod:`engine.sampling.elastic`).
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from engine.rng import hash_into
 from engine.sources.adapt import HFSource, MapSource, TorchSource
 from engine.sources.streams import EpochStream
 
-STATE_VERSION = 3
+STATE_VERSION = 4
 """Version of every state the engine writes (module, multi-module, multi-loader). 3: the batching options and
-the sampler's epoch offset are saved."""
+the sampler's epoch offset are saved. 4: the sampler's ranks, global batch and the parts of its epoch served on
+other ranks are saved (elastic resume)."""
 SAMPLED_ROWS = 16
 
 VERSION, SEED, EPOCH = "version", "seed", "epoch"
@@ -38,8 +40,10 @@ IDENTITY_CHECKS = {
     SEED: "the seed decides the split, the order and every random choice",
     DATA_FINGERPRINT: "the training data differ (rows changed, reordered, added or removed)",
     SPLIT_FINGERPRINT: "the train/val/test split differs (val_split, test_split or the data changed)",
-    WORLD_SIZE: "the number of ranks differs, so each rank would read other rows",
-    NUM_WORKERS: "torchdata resumes a loader's position only with the same number of worker processes",
+    WORLD_SIZE: "a stream, or a schedule over several datasets, resumes each rank's own share, which cannot be "
+                "dealt to another number of ranks",
+    NUM_WORKERS: "a stream's position, or a schedule over several datasets, is held per worker process and cannot "
+                 "be dealt to other workers",
     BATCH_SIZE: "the saved position counts batches of the old size, so rows would be lost or repeated",
     SHUFFLE: "the order of the epoch differs, so the rest of the saved epoch would lose or repeat rows",
     BATCHING: "the batching mode cuts the epoch into other batches, so rows would be lost or repeated",
@@ -50,6 +54,8 @@ IDENTITY_CHECKS = {
 """What a saved state must match to be loaded, and why each matters."""
 LOADER_OPTIONS = (BATCH_SIZE, SHUFFLE, BATCHING, MAX_TOKENS, DROP_LAST, UNEVEN)
 """Identity fields that are the module's own options: the fix is to resume with the saved value."""
+TOPOLOGY = (WORLD_SIZE, NUM_WORKERS)
+"""Identity fields an elastic resume (map-style data) may change; the per-rank batch then follows the ranks."""
 
 
 def data_fingerprint(source: MapSource) -> str:
@@ -105,14 +111,22 @@ def check_structure(state: Any, required: tuple[str, ...] = (VERSION, SEED, EPOC
                          f"epoch={epoch!r}")
 
 
-def check_compatible(saved: Mapping[str, Any], current: Mapping[str, Any]) -> None:
-    """Raise ValueError naming the first field of ``saved`` that differs from ``current``."""
+def check_compatible(saved: Mapping[str, Any], current: Mapping[str, Any], *, elastic: bool = False) -> None:
+    """Raise ValueError naming the first field of ``saved`` that differs from ``current``.
+
+    ``elastic`` (map-style data): the number of ranks and workers may differ, and the per-rank batch (``batch_size``,
+    or ``max_tokens`` for a token budget) is compared as the global batch, per-rank batch x ranks."""
     if saved.get(VERSION) != current[VERSION]:
         raise ValueError(
             f"the checkpoint's data state has version {saved.get(VERSION)!r}, but this engine writes version "
             f"{current[VERSION]}; it cannot be resumed exactly. Start a new run"
         )
     for key, why in IDENTITY_CHECKS.items():
+        if elastic and key in TOPOLOGY:
+            continue
+        if elastic and key in (BATCH_SIZE, MAX_TOKENS) and saved.get(WORLD_SIZE) != current.get(WORLD_SIZE):
+            check_global_batch(saved, current, key)
+            continue
         if saved.get(key) != current.get(key):
             fix = (f"Resume with {key}={saved.get(key)!r}" if key in LOADER_OPTIONS
                    else "Resume with the same data, seed, splits and number of ranks")
@@ -120,6 +134,37 @@ def check_compatible(saved: Mapping[str, Any], current: Mapping[str, Any]) -> No
                 f"the checkpoint's data state does not match this data module: {key} was {saved.get(key)!r} when "
                 f"saved and is {current.get(key)!r} now ({why}). {fix}, or start a new run"
             )
+
+
+def check_global_batch(saved: Mapping[str, Any], current: Mapping[str, Any], key: str) -> None:
+    """Elastic resume keeps the global batch: ``key`` (the per-rank batch) x ranks must be what it was when saved.
+    ``batch_size`` is not a batch of a token budget, so with ``batching='token_budget'`` only ``max_tokens`` counts."""
+    if (key == BATCH_SIZE) == (current.get(BATCHING) == "token_budget"):
+        return
+    ranks, saved_ranks = current.get(WORLD_SIZE), saved.get(WORLD_SIZE)
+    per_rank, saved_per_rank = current.get(key), saved.get(key)
+    if not all(isinstance(v, int) for v in (ranks, saved_ranks, per_rank, saved_per_rank)):
+        raise ValueError(f"the checkpoint's data state does not say its {key} and world_size as integers (got "
+                         f"{saved_per_rank!r} and {saved_ranks!r}); it cannot be resumed on another number of ranks")
+    total = saved_per_rank * saved_ranks
+    if per_rank * ranks == total:
+        return
+    fix = (f"Resume with {key}={total // ranks} ({total} / {ranks} ranks)" if total % ranks == 0 else
+           f"{total} does not divide among {ranks} ranks: resume on a number of ranks that divides it")
+    raise ValueError(
+        f"the checkpoint's data state does not match this data module: the global batch ({key} x world_size) was "
+        f"{total} ({saved_per_rank} x {saved_ranks}) when saved and is {per_rank * ranks} ({per_rank} x {ranks}) "
+        f"now; an elastic resume keeps the global batch, so the rest of the epoch is cut into the same steps. "
+        f"{fix}, or start a new run"
+    )
+
+
+def saved_num_workers(loader_state: Mapping[str, Any]) -> int:
+    """The number of worker processes of the loader that saved ``loader_state`` (torchdata's layout)."""
+    snapshot = loader_state.get("_snapshot")
+    if isinstance(snapshot, Mapping):
+        return int((snapshot.get("_main_snapshot") or {}).get("_num_workers", 0))
+    return 0
 
 
 class TrainPosition:

@@ -142,6 +142,7 @@ class NamedDatasets:
             raise ValueError(f"the checkpoint has datasets {sorted(saved)}, but this module has "
                              f"{sorted(self.children)}; resume with the same named datasets")
         for name, child in self.children.items():  # their positions are in the multi-loader's state
+            check_compatible(saved[name], child.identity())  # the schedule is not elastic: same ranks and workers
             child.load_state_dict({**saved[name], EPOCH: 0, TRAIN_LOADER: None})
         self._train_loader = None
         self._pending_loader_state = state_dict.get(MULTI)

@@ -45,8 +45,12 @@ class _LengthAware(EpochBatchSampler):
         self.lengths, self.mega_batch_factor = _as_lengths(lengths), mega_batch_factor
         self.num_replicas, self.rank, self.uneven = num_replicas, rank, uneven
 
-    def _permutation(self, epoch: int) -> np.ndarray:
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        """Every row of ``epoch`` in the seeded order the ranks share them (before grouping by length)."""
         return np.random.default_rng(derive_seed(self.seed, "length-aware", epoch)).permutation(len(self.lengths))
+
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        return self.batches_of(self.epoch_order(epoch), epoch, self.num_replicas, self.rank, self.per_rank_size)
 
     def _sorted_chunks(self, order: np.ndarray, rows: int) -> list[np.ndarray]:
         """``order`` cut into mega-batches of ``rows``, each sorted by length, longest first (stable)."""
@@ -61,7 +65,9 @@ class _LengthAware(EpochBatchSampler):
         return [batches[i] for i in rng.permutation(len(batches))]
 
     def _fingerprint(self) -> str:
-        """Hash of the lengths and options, computed once, so ``state_dict`` stays microseconds per step."""
+        """Hash of the lengths and options, computed once, so ``state_dict`` stays microseconds per step. The
+        ranks and the per-rank batch are not in it: the state is the same on every rank, and the base class checks
+        the global batch when the number of ranks changes."""
         if getattr(self, "_digest", None) is None:
             digest = hashlib.blake2b(self.lengths.tobytes(), digest_size=8)
             digest.update(repr(self._options()).encode())
@@ -69,7 +75,7 @@ class _LengthAware(EpochBatchSampler):
         return self._digest
 
     def _options(self) -> tuple[Any, ...]:
-        return (type(self).__name__, self.mega_batch_factor, self.num_replicas, self.rank, self.uneven)
+        return (type(self).__name__, self.mega_batch_factor, self.uneven)
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "fingerprint": self._fingerprint()}
@@ -111,18 +117,26 @@ class LengthGroupedBatchSampler(_LengthAware):
                          rank=rank, uneven=uneven)
         self.batch_size, self.drop_last = batch_size, drop_last
 
-    def _options(self) -> tuple[Any, ...]:
-        return (*super()._options(), self.batch_size, self.drop_last)
+    per_rank_option = "batch_size"
 
-    def epoch_batches(self, epoch: int) -> list[list[int]]:
-        order = deal_to_ranks(self._permutation(epoch), self.num_replicas, self.rank, self.uneven)
-        size = self.batch_size
+    @property
+    def per_rank_size(self) -> int:
+        """Rows per batch on each rank; the global batch is ``num_replicas * batch_size``."""
+        return self.batch_size
+
+    def _options(self) -> tuple[Any, ...]:
+        return (*super()._options(), self.drop_last)
+
+    def batches_of(self, order: np.ndarray, epoch: int, num_replicas: int, rank: int,
+                   per_rank_size: int) -> list[list[int]]:
+        """``rank``'s batches of ``order`` on ``num_replicas`` ranks: its rows, grouped by length, shuffled."""
+        order, size = deal_to_ranks(order, num_replicas, rank, self.uneven), per_rank_size
         batches = [chunk[start : start + size].tolist()
                    for chunk in self._sorted_chunks(order, size * self.mega_batch_factor)
                    for start in range(0, len(chunk), size)]
         if self.drop_last and batches and len(batches[-1]) < size:
             batches.pop()  # only the last mega-batch can end short, since mega-batches hold whole batches
-        return self._shuffled(batches, epoch, self.rank)
+        return self._shuffled(batches, epoch, rank)
 
 
 class TokenBudgetBatchSampler(_LengthAware):
@@ -166,25 +180,36 @@ class TokenBudgetBatchSampler(_LengthAware):
                 f"{int(self.lengths[over[0]])} tokens (longest: {int(self.lengths.max())}); raise max_tokens, "
                 f"truncate (spec.max_seq_len), or pass oversized='alone' to give each such row a batch of its own"
             )
+        self.mega_batch_rows = self._mega_batch_rows(max_tokens)
+
+    per_rank_option = "max_tokens"
+
+    @property
+    def per_rank_size(self) -> int:
+        """The token budget of each rank's batch; the global budget is ``num_replicas * max_tokens``."""
+        return self.max_tokens
+
+    def _mega_batch_rows(self, max_tokens: int) -> int:
         typical = max(1, max_tokens // max(1, int(self.costs.mean()))) if len(self.costs) else 1
-        self.mega_batch_rows = mega_batch_factor * min(typical, max_batch_size or typical)
+        return self.mega_batch_factor * min(typical, self.max_batch_size or typical)
 
     def _options(self) -> tuple[Any, ...]:
-        return (*super()._options(), self.max_tokens, self.max_batch_size, self.pad_to_multiple_of, self.oversized)
+        return (*super()._options(), self.max_batch_size, self.pad_to_multiple_of, self.oversized)
 
-    def _pack(self, rows: np.ndarray) -> list[list[int]]:
+    def _pack(self, rows: np.ndarray, max_tokens: int) -> list[list[int]]:
         """Greedy packing of each sorted mega-batch: longest first, so a batch's first row sets its width."""
         batches, cap = [], self.max_batch_size or len(self.lengths) or 1
-        for chunk in self._sorted_chunks(rows, self.mega_batch_rows):
+        for chunk in self._sorted_chunks(rows, self._mega_batch_rows(max_tokens)):
             costs, start = self.costs[chunk], 0
             while start < len(chunk):
-                count = min(max(1, self.max_tokens // int(costs[start])), cap)
+                count = min(max(1, max_tokens // int(costs[start])), cap)
                 batches.append(chunk[start : start + count].tolist())
                 start += count
         return batches
 
-    def epoch_batches(self, epoch: int) -> list[list[int]]:
-        order = self._permutation(epoch)
-        per_rank = [self._pack(order[r :: self.num_replicas]) for r in range(self.num_replicas)]
-        mine = self._shuffled(per_rank[self.rank], epoch, self.rank)
-        return mine if self.num_replicas == 1 else equalize_batch_counts(mine, per_rank, self.uneven)
+    def batches_of(self, order: np.ndarray, epoch: int, num_replicas: int, rank: int,
+                   per_rank_size: int) -> list[list[int]]:
+        """``rank``'s batches of ``order`` on ``num_replicas`` ranks with a budget of ``per_rank_size`` tokens."""
+        per_rank = [self._pack(order[r::num_replicas], per_rank_size) for r in range(num_replicas)]
+        mine = self._shuffled(per_rank[rank], epoch, rank)
+        return mine if num_replicas == 1 else equalize_batch_counts(mine, per_rank, self.uneven)

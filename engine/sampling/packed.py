@@ -93,30 +93,50 @@ class PackedBatchSampler(_LengthAware):
                 f"whole, so raise max_tokens to at least {int(self.lengths.max())}, or truncate long rows (the "
                 f"spec's max_seq_len, the collator's max_length) or split them before packing"
             )
+    per_rank_option = "max_tokens"
+
+    @property
+    def per_rank_size(self) -> int:
+        """The token budget of each rank's packed sequence; a step of all ranks packs ``num_replicas`` of them."""
+        return self.max_tokens
+
+    def _options(self) -> tuple[Any, ...]:  # not max_tokens: the base class checks the global budget on resume
+        return (*super()._options(), self.max_length)
+
+    def pack(self, order: np.ndarray, max_tokens: int) -> list[list[int]]:
+        """``order``'s rows in bins of at most ``max_tokens`` tokens: best-fit decreasing within windows of about
+        ``mega_batch_factor`` bins' worth of rows, the emptiest bin of each window joining the next one."""
+        over = np.flatnonzero(self.lengths[order] > max_tokens)
+        if len(over):  # only after an elastic resume onto more ranks, whose per-rank budget is smaller
+            row = int(order[over[0]])
+            raise ValueError(f"row {row} has {int(self.lengths[row])} tokens, more than the per-rank budget "
+                             f"max_tokens={max_tokens} of this resume; resume on fewer ranks (a larger per-rank "
+                             f"budget) or split long rows")
         mean = float(self.lengths.mean()) if len(self.lengths) else 1.0
-        self.window_rows = mega_batch_factor * max(1, int(max_tokens // mean))
-
-    def _options(self) -> tuple[Any, ...]:
-        return (*super()._options(), self.max_tokens, self.max_length)
-
-    def all_bins(self, epoch: int) -> list[list[int]]:
-        """Every rank's bins of ``epoch`` together, in their shuffled order (before they are dealt to ranks)."""
-        order, bins, carried = self._permutation(epoch), [], np.empty(0, dtype=np.int64)
-        for start in range(0, len(order), self.window_rows):
-            window = np.concatenate([carried, order[start : start + self.window_rows]])
+        window_rows = self.mega_batch_factor * max(1, int(max_tokens // mean))
+        bins, carried = [], np.empty(0, dtype=np.int64)
+        for start in range(0, len(order), window_rows):
+            window = np.concatenate([carried, order[start : start + window_rows]])
             packed = best_fit_decreasing(window[np.argsort(-self.lengths[window], kind="stable")], self.lengths,
-                                         self.max_tokens)
-            if start + self.window_rows < len(order):  # the emptiest bin's rows join the next window instead
+                                         max_tokens)
+            if start + window_rows < len(order):  # the emptiest bin's rows join the next window instead
                 emptiest = min(range(len(packed)), key=lambda number: int(self.lengths[packed[number]].sum()))
                 carried = np.asarray(packed.pop(emptiest), dtype=np.int64)
             bins.extend(packed)
-        return self._shuffled(bins, epoch, 0)  # rank 0's stream for all: every rank must agree on this order
+        return bins
 
-    def epoch_batches(self, epoch: int) -> list[list[int]]:
-        bins = self.all_bins(epoch)
-        if self.num_replicas == 1:
+    def all_bins(self, epoch: int) -> list[list[int]]:
+        """Every rank's bins of ``epoch`` together, in their shuffled order (before they are dealt to ranks)."""
+        return self._shuffled(self.pack(self.epoch_order(epoch), self.max_tokens), epoch, 0)
+
+    def batches_of(self, order: np.ndarray, epoch: int, num_replicas: int, rank: int,
+                   per_rank_size: int) -> list[list[int]]:
+        """``rank``'s bins of ``order`` on ``num_replicas`` ranks: all bins packed and shuffled alike on every rank
+        (rank 0's stream), then dealt round robin, so every rank gets the same number."""
+        bins = self._shuffled(self.pack(order, per_rank_size), epoch, 0)
+        if num_replicas == 1:
             return bins
-        mine = deal_to_ranks(np.arange(len(bins)), self.num_replicas, self.rank, self.uneven)
+        mine = deal_to_ranks(np.arange(len(bins)), num_replicas, rank, self.uneven)
         return [bins[number] for number in mine.tolist()]
 
     def fill(self, epoch: int = 0) -> float:

@@ -58,21 +58,39 @@ class SeededBatchSampler(EpochBatchSampler):
         self.rank = rank
         self.uneven = uneven
 
+    per_rank_option = "batch_size"
+
+    @property
+    def per_rank_size(self) -> int:
+        """Rows per batch on each rank; the global batch is ``num_replicas * batch_size``."""
+        return self.batch_size
+
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        """Every row of ``epoch`` in the order the ranks share them: a seeded permutation, or storage order."""
+        if self.shuffle:
+            return torch.randperm(self.num_samples, generator=generator_from(derive_seed(self.seed, epoch))).numpy()
+        return np.arange(self.num_samples)
+
     def rank_indices(self, epoch: int) -> list[int]:
         """The indices this rank visits in ``epoch``, in order."""
-        if self.shuffle:
-            order = torch.randperm(self.num_samples, generator=generator_from(derive_seed(self.seed, epoch))).numpy()
-        else:
-            order = np.arange(self.num_samples)
-        return deal_to_ranks(order, self.num_replicas, self.rank, self.uneven).tolist()
+        return deal_to_ranks(self.epoch_order(epoch), self.num_replicas, self.rank, self.uneven).tolist()
 
-    def epoch_batches(self, epoch: int) -> list[list[int]]:
-        order = self.rank_indices(epoch)
-        batches = [order[start : start + self.batch_size] for start in range(0, len(order), self.batch_size)]
-        if self.drop_last and batches and len(batches[-1]) < self.batch_size:
+    def batches_of(self, order: np.ndarray, epoch: int, num_replicas: int, rank: int,
+                   per_rank_size: int) -> list[list[int]]:
+        """``rank``'s batches of ``order`` on ``num_replicas`` ranks of ``per_rank_size`` rows: rows dealt round
+        robin, so step ``p`` of all ranks together serves rows ``[p * global_batch, (p + 1) * global_batch)`` of
+        ``order``."""
+        rows = deal_to_ranks(order, num_replicas, rank, self.uneven).tolist()
+        batches = [rows[start : start + per_rank_size] for start in range(0, len(rows), per_rank_size)]
+        if self.drop_last and batches and len(batches[-1]) < per_rank_size:
             batches.pop()
         return batches
 
-    def __len__(self) -> int:  # without computing an epoch's order
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        return self.batches_of(self.epoch_order(epoch), epoch, self.num_replicas, self.rank, self.batch_size)
+
+    def __len__(self) -> int:  # without computing an epoch's order, unless the epoch is the rest of a resumed one
+        if self._segments(self._epoch):
+            return super().__len__()
         rows = rows_per_rank(self.num_samples, self.num_replicas, self.uneven)
         return rows // self.batch_size if self.drop_last else math.ceil(rows / self.batch_size)

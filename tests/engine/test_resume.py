@@ -101,10 +101,6 @@ class TestMismatch:
         with pytest.raises(ValueError, match=f"does not match this data module: {field} was"):
             module(**change).load_state_dict(state)
 
-    def test_state_from_another_number_of_workers_is_refused(self):
-        with pytest.raises(ValueError, match="num_workers was 0 when saved and is 2 now"):
-            module(2).load_state_dict(module(0).state_dict())
-
     def test_random_augmentation_in_getitem_does_not_block_resume(self):
         class Augmented(torch.utils.data.Dataset):
             def __len__(self):

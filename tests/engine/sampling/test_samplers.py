@@ -93,7 +93,8 @@ class TestState:
         for _ in range(3):
             next(iterator)
         state = sampler.state_dict()
-        assert state == {"seed": 0, "epoch": 0, "position": 3, "epoch_offset": 0}
+        assert state == {"seed": 0, "epoch": 0, "position": 3, "epoch_offset": 0, "num_replicas": 1,
+                         "global_batch": sampler.batch_size, "served": []}
         plain = SeededBatchSampler(12, 4, shuffle=True, seed=0)
         plain.load_state_dict(state)
         assert epoch_batches(plain) == _epoch(1)  # epoch 0 was done: no empty pass first

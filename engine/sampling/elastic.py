@@ -1,0 +1,98 @@
+"""Elastic resume: an epoch saved part-way on W ranks continues on W' ranks, every remaining row exactly once.
+
+An epoch's row order is a function of (seed, epoch) alone, and each rank's batches are a function of that order,
+the number of ranks, the rank and the per-rank batch (rows, or tokens for a token budget). So the rows served
+before a save are a function of the saved state: (epoch, the number of ranks, the batches each rank had yielded).
+Resuming on another number of ranks removes those rows from the epoch's order, keeps the rest in that order, and
+cuts it as a fresh epoch on the new ranks would be cut, with the per-rank batch ``global_batch / W'``; each such
+earlier part of the epoch is a *segment* ``(num_replicas, position)`` kept in the state, a few integers. The next
+epochs are exactly what a fresh run on W' ranks serves.
+
+The samplers say how, through :class:`ElasticSampler`: ``epoch_order``, ``batches_of`` and ``per_rank_size``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from engine._checks import check_int
+
+Segment = tuple[int, int]
+"""A part of an epoch served on an earlier topology: (number of ranks, batches each rank had yielded)."""
+
+
+class ElasticSampler(Protocol):
+    """What a batch sampler provides to resume on another number of ranks."""
+
+    num_replicas: int
+    rank: int
+    per_rank_option: str  # the constructor argument that holds the per-rank batch, e.g. "batch_size"
+
+    @property
+    def per_rank_size(self) -> int: ...
+
+    def epoch_order(self, epoch: int) -> np.ndarray: ...
+
+    def batches_of(self, order: np.ndarray, epoch: int, num_replicas: int, rank: int,
+                   per_rank_size: int) -> list[list[int]]: ...
+
+
+def global_batch(sampler: ElasticSampler) -> int:
+    """The batch of one step across all ranks: ranks x per-rank batch (rows, or tokens for a token budget)."""
+    return sampler.num_replicas * sampler.per_rank_size
+
+
+def check_global_batch(sampler: ElasticSampler, saved_replicas: int, saved_global: Any) -> None:
+    """Refuse a state whose global batch differs from this sampler's: the rest of its epoch would be cut into
+    other steps. Names the per-rank value to pass, or says that the global batch does not divide."""
+    saved_global = check_int("sampler state's global_batch", saved_global, minimum=1)
+    mine, name = global_batch(sampler), sampler.per_rank_option
+    if saved_global == mine:
+        return
+    if saved_global % sampler.num_replicas:
+        fix = (f"{saved_global} does not divide among {sampler.num_replicas} ranks; resume on a number of ranks "
+               f"that divides it")
+    else:
+        fix = f"build it with {name}={saved_global // sampler.num_replicas} (the global batch / {sampler.num_replicas})"
+    raise ValueError(
+        f"sampler state was saved with a global batch of {saved_global} ({saved_replicas} ranks x {name}="
+        f"{saved_global // saved_replicas}), but this sampler's is {mine} ({sampler.num_replicas} ranks x {name}="
+        f"{sampler.per_rank_size}); the rest of the epoch would be cut into other steps. To resume, {fix}"
+    )
+
+
+def check_segments(value: Any, saved_global: int) -> tuple[Segment, ...]:
+    """The ``served`` segments of a saved state, as a tuple of (num_replicas, position) pairs."""
+    if not isinstance(value, Sequence) or not all(isinstance(s, Sequence) and len(s) == 2 for s in value):
+        raise TypeError(f"sampler state's served should be a list of [num_replicas, position] pairs, but got "
+                        f"served={value!r:.80}")
+    segments = tuple((check_int("served num_replicas", w, minimum=1), check_int("served position", p, minimum=1))
+                     for w, p in value)
+    for replicas, _ in segments:
+        if saved_global % replicas:
+            raise ValueError(f"sampler state's served segment on {replicas} ranks does not divide its global batch "
+                             f"{saved_global}; the state was not written by this engine")
+    return segments
+
+
+def remaining_order(sampler: ElasticSampler, epoch: int, segments: tuple[Segment, ...]) -> np.ndarray:
+    """The epoch's order without the rows the ``segments`` served, in the epoch's order."""
+    order, total = sampler.epoch_order(epoch), global_batch(sampler)
+    for replicas, position in segments:
+        served = [batches[:position] for batches in
+                  (sampler.batches_of(order, epoch, replicas, rank, total // replicas) for rank in range(replicas))]
+        rows = np.fromiter((row for batches in served for batch in batches for row in batch), dtype=np.int64)
+        order = order[~np.isin(order, rows)]
+    return order
+
+
+def pass_batches(sampler: ElasticSampler, epoch: int, segments: tuple[Segment, ...], *, num_replicas: int | None = None,
+                 rank: int | None = None) -> list[list[int]]:
+    """One rank's batches of the rest of ``epoch`` after ``segments`` (by default this sampler's topology)."""
+    replicas = sampler.num_replicas if num_replicas is None else num_replicas
+    rank = sampler.rank if rank is None else rank
+    order = remaining_order(sampler, epoch, segments)
+    return sampler.batches_of(order, epoch, replicas, rank, global_batch(sampler) // replicas)
