@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from collators.packed import PackedCollator
 from engine.sources.adapt import HFSource, MapSource, TensorListSource
 from engine.sources.lengths import lengths_of
 
@@ -68,6 +69,8 @@ def padded_widths(longest: np.ndarray, collator: Any) -> np.ndarray:
 def padding_share(batches: list[list[int]], lengths: np.ndarray, collator: Any = None) -> float | None:
     """Share of padded positions holding no data over ``batches`` (a sampler's epoch), the collator's truncation
     and rounding applied; None for no batches. One ``reduceat`` over the flattened batches, no loop over rows."""
+    if isinstance(collator, PackedCollator) and batches:  # documents concatenated, no padding: every position real
+        return 0.0
     sizes = np.fromiter(map(len, batches), dtype=np.int64, count=len(batches))
     flat = np.fromiter(itertools.chain.from_iterable(batches), dtype=np.int64, count=int(sizes.sum()))
     return padding_share_of_order(flat, sizes, lengths, collator)

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from engine.sampling.modes import BUDGET_MODES
 from engine.sources.lengths import describe_truncation
 
 
@@ -36,8 +37,11 @@ def summary_rows(dm: Any, *, shapes: bool = True) -> list[tuple[str, str]]:
     collator = collator_line(dm)
     rows.append(("collator", f"{collator['class']} from {collator['name']!r}: {collator['reason']}"))
     config = dm.train_config
-    rows.append(("loader", f"batch_size={config.batch_size}, shuffle={config.shuffle}, "
-                           f"num_workers={config.num_workers}, drop_last={config.drop_last}"))
+    size = (f"max_tokens={dm.max_tokens} ({dm.batching})" if dm.batching in BUDGET_MODES
+            else f"batch_size={config.batch_size}")  # a token budget, not a row count, sizes these batches
+    threads = f", num_threads={config.num_threads}" if config.num_threads else ""
+    rows.append(("loader", f"{size}, shuffle={config.shuffle}, num_workers={config.num_workers}{threads}, "
+                           f"drop_last={config.drop_last}"))
     transforms = {transform.argument: transform.transform for transform in getattr(dm, "transforms", {}).values()}
     if transforms:
         given = ", ".join(f"{name}={' '.join(repr(value).split())}" for name, value in transforms.items())

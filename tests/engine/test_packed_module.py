@@ -73,6 +73,7 @@ class TestChoice:
         dm.setup()
         width = int(repr(dm).split("input_ids: [1, ")[1].split("]")[0])
         assert 0 < width <= 64
+        assert "loader: max_tokens=64 (packed), shuffle=True" in repr(dm)  # the budget, not a row count
 
     def test_a_spec_that_cannot_be_packed_is_refused_at_construction(self):
         with pytest.raises(ValueError, match="task_type='seq2seq'; use batching='plain', 'grouped' or"):

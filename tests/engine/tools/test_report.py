@@ -83,6 +83,14 @@ class TestNumbers:
         if batching == "grouped":
             assert numbers["padding"]["chosen"] < numbers["padding"]["plain"] / 3
 
+    def test_packed_batches_have_no_padding_and_the_report_says_so(self):
+        dm = module(token_rows(), batching="packed", max_tokens=512)
+        numbers = numbers_of(dm)
+        batches = list(dm.train_dataloader())
+        assert all(batch["input_ids"].shape[1] == int(batch["cu_seq_lens_q"][-1]) for batch in batches)  # no pad
+        assert numbers["padding"]["batching"] == "packed" and numbers["padding"]["chosen"] == 0.0
+        assert numbers["padding"]["plain"] > 0.2
+
     def test_label_counts_equal_a_counter_over_the_label_column(self, tokenizer):
         data = sample_data.classification_dataset(200)
         dm = UniversalDataModule(data, task_spec=TaskSpec.cls_tiny(), tokenizer=tokenizer, batch_size=16,
