@@ -1,7 +1,9 @@
 """Stage 1 of a batch's path: the user's data adapted to one map-style interface with batched fetch.
 
-``adapt`` wraps HF datasets, torch datasets and lists of tensors; ``files`` reads paths to files and folders with
-``datasets``; ``inputs`` checks them against the TaskSpec; ``preprocess`` tokenizes raw text once; ``media``
-decodes image and audio columns to tensors; ``lengths`` reads row lengths from the columns; ``streams`` handles
-``datasets.IterableDataset`` inputs; ``bad_rows`` names rows that fail to read, or leaves them out and records them.
+``rows`` is that interface (``MapSource``, ``RowBatch``), and ``adapt`` wraps HF datasets, torch datasets and lists
+of tensors behind it; ``files`` reads paths to files and folders with ``datasets``; ``inputs`` checks them against
+the TaskSpec; ``preprocess`` tokenizes raw text once; ``media`` decodes image and audio columns to tensors;
+``lengths`` reads row lengths from the columns; ``streams`` handles ``datasets.IterableDataset`` inputs;
+``transforms`` applies a split's per-row transform; ``bad_rows`` names rows that fail to read, or leaves them out
+and records them.
 """

@@ -77,6 +77,11 @@ class WorkerRecommendation:
         return [*self.table.values(), *self.threads_table.values()]
 
     @property
+    def mode(self) -> str:
+        """The chosen mode, ``'num_threads=N'`` or ``'num_workers=N'``."""
+        return f"num_threads={self.num_threads}" if self.num_threads else f"num_workers={self.num_workers}"
+
+    @property
     def loader_options(self) -> dict[str, int]:
         """``{'num_workers': ..., 'num_threads': ...}`` to pass to ``UniversalDataModule`` or ``DataLoaderConfig``."""
         return {"num_workers": self.num_workers, "num_threads": self.num_threads}
@@ -85,8 +90,7 @@ class WorkerRecommendation:
         rows = [f"  {m.mode:>14}: {m.samples_per_s:10.1f} samples/s  {m.batches_per_s:8.1f} batches/s  "
                 f"{m.loading_per_batch_s * 1e3:7.3f} ms loading/batch  (startup {m.startup_s:.2f}s, {m.batches} "
                 f"batches)" for m in self.measurements]
-        chosen = f"num_threads={self.num_threads}" if self.num_threads else f"num_workers={self.num_workers}"
-        return "\n".join([f"{chosen}: {self.reason}", *rows])
+        return "\n".join([f"{self.mode}: {self.reason}", *rows])
 
 
 def _from_module(module: Any) -> tuple[Any, Any, DataLoaderConfig | None]:
@@ -190,8 +194,7 @@ def recommend_num_workers(
                                                warmup_batches=warmup_batches, seed=seed)
                    for name, child in children.items()}
         name, best = max(results.items(), key=lambda item: (item[1].num_workers, item[1].num_threads))
-        others = ", ".join(f"{other}: {_mode(result.num_workers, result.num_threads)}"
-                           for other, result in results.items())
+        others = ", ".join(f"{other}: {result.mode}" for other, result in results.items())
         return WorkerRecommendation(best.num_workers, best.table,
                                     f"the most any named dataset needs ({others}); {name}: {best.reason}",
                                     best.num_threads, best.threads_table)
@@ -222,16 +225,10 @@ def recommend_num_workers(
                                 threads_table)
 
 
-def _mode(workers: int, threads: int) -> str:
-    return f"num_threads={threads}" if threads else f"num_workers={workers}"
-
-
 def _best(measured: list[WorkerMeasurement], step_s: float | None) -> WorkerMeasurement:
     """Least loading per step (with a step) or most samples/s; ties go to fewer processes, then fewer threads."""
-    def score(m: WorkerMeasurement) -> float:
-        return -m.loading_per_batch_s if step_s is not None else m.samples_per_s
-
-    return max(measured, key=lambda m: (score(m), -m.num_workers, -m.num_threads))
+    return max(measured, key=lambda m: (-m.loading_per_batch_s if step_s is not None else m.samples_per_s,
+                                        -m.num_workers, -m.num_threads))
 
 
 def _reason(best: WorkerMeasurement, measured: list[WorkerMeasurement], step_s: float | None) -> str:

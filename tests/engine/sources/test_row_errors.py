@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from engine import UniversalDataModule
-from engine.sources.adapt import DataRowError, named_error
+from engine.sources.bad_rows import DataRowError, named_error
 from task_spec import TaskSpec
 
 

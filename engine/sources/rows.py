@@ -1,0 +1,99 @@
+"""The rows of a batch and the base of every source: batched reads that name a failing row, leave it out
+(``on_error``), or pass each row through its split's transform, seeded by (seed, epoch, dataset index)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from torch.utils.data import Dataset
+
+from engine.sources.bad_rows import SkippedRow, named_error, read_skipping, transform_skipping
+from engine.sources.transforms import RowTransform, TransformFailed
+
+
+class RowBatch(list):
+    """The rows of one batch, plus the seed its random choices derive from (None outside the engine) and where
+    they came from (``role`` and ``indices``), so an error in collation can name them."""
+
+    rng_seed: int | None = None
+    role: str = "data"
+    indices: list[int] | None = None
+    skipped: list[SkippedRow] | None = None
+    """Rows left out because their read failed (``on_error='skip'`` or ``'warn'``); None when all read."""
+
+
+class MapSource(Dataset):
+    """Base adapter: subclasses implement ``_fetch(positions)``, ``__len__`` and ``view``."""
+
+    role = "data"
+    """The split this source serves (train, val, test, predict), named in errors."""
+    on_error = "raise"
+    """What a failing row does: 'raise' names it in an error; 'skip' and 'warn' leave it out of its batch."""
+    transform: RowTransform | None = None
+    """The split's per-row transform, applied after the rows are read (set by :meth:`for_role`)."""
+
+    def __getitem__(self, index: int) -> Any:
+        return self._fetch([index])[0] if self.transform is None else self.__getitems__([index])[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> RowBatch:
+        positions = list(indices)
+        try:
+            rows = RowBatch(self._fetch(positions))
+        except Exception as error:  # find the row (only now: no per-row cost on the way that works)
+            if self.on_error == "raise":
+                raise self.row_error(positions, error) from error
+            kept, positions, skipped = read_skipping(self, positions, error)
+            rows = RowBatch(kept)
+            rows.skipped = skipped
+        if self.transform is not None:
+            rows, positions = self.transformed(rows, positions, getattr(indices, "epoch", None) or 0)
+        rows.rng_seed, rows.role, rows.indices = getattr(indices, "rng_seed", None), self.role, positions
+        return rows
+
+    def row_error(self, positions: list[int], error: Exception) -> Exception:
+        """An error naming the first of ``positions`` whose read fails (the batch when none fails alone)."""
+        for position in positions:
+            try:
+                self._fetch([position])
+            except Exception as single:  # the failing row, with its own exception
+                return named_error(single, f"reading row {self.dataset_index(position)} of the {self.role} data "
+                                           f"failed; fix or remove that row")
+        return named_error(error, f"reading rows {positions[:8]} of the {self.role} data failed")
+
+    def transformed(self, rows: RowBatch, positions: list[int], epoch: int) -> tuple[RowBatch, list[int]]:
+        """``(rows, positions)`` after this split's transform, seeded by (seed, epoch, dataset index). A failing row
+        is named in an error, or with ``on_error`` 'skip'/'warn' left out and recorded like a row that failed to read.
+        """
+        try:
+            out = RowBatch(self.transform(rows, [self.dataset_index(position) for position in positions], epoch))
+        except TransformFailed as failed:
+            if self.on_error == "raise":
+                raise named_error(failed.error, f"{self.transform.argument} failed on row {failed.index} of the "
+                                                f"{self.role} data; fix the transform or that row") from failed.error
+            kept, kept_positions, skipped = transform_skipping(self, rows, positions, epoch)
+            out, positions = RowBatch(kept), kept_positions
+            out.skipped = [*(rows.skipped or []), *skipped]
+            return out, positions
+        out.skipped = rows.skipped
+        return out, positions
+
+    def for_role(self, role: str, transform: RowTransform | None) -> MapSource:
+        """A shallow copy of this source serving split ``role`` with its own ``transform`` (data shared)."""
+        source = copy.copy(self)
+        source.role, source.transform = role, transform
+        return source
+
+    def dataset_index(self, position: int) -> int:
+        """The index in the data the user gave of this source's ``position`` (a split is a view)."""
+        positions = getattr(self, "positions", None)
+        return int(positions[position]) if positions is not None else position
+
+    def _fetch(self, positions: list[int]) -> list[Any]:
+        raise NotImplementedError
+
+    def view(self, positions: np.ndarray) -> MapSource:
+        """A source over ``positions`` of this one (a split), sharing the underlying data."""
+        raise NotImplementedError
