@@ -131,3 +131,32 @@ def test_several_named_datasets_refuse_another_number_of_workers():
     state = named(0).state_dict()
     with pytest.raises(ValueError, match="num_workers was 0 when saved and is 2 now"):
         named(2).load_state_dict(state)
+
+
+@pytest.mark.parametrize("mode", ["lazy", "cached"])
+def test_a_file_backed_dataset_saved_on_two_ranks_with_workers_finishes_its_epoch_on_one_without(tmp_path, mode):
+    """The elastic rule lives in the sampler, so a file-backed source resumes like any other: an HDF5 file whose
+    row ``i`` holds ``i``, read by 2 ranks with 2 workers each, then by 1 rank in the main process."""
+    import h5py
+    import numpy as np
+
+    from engine.datasets import HDF5Dataset
+
+    path = tmp_path / "rows.h5"
+    with h5py.File(path, "w") as file:
+        file["x"] = np.arange(37, dtype=np.int64)
+
+    def loader(ranks, rank, workers):
+        sampler = SeededBatchSampler(37, 8 // ranks, shuffle=True, seed=2, num_replicas=ranks, rank=rank)
+        config = DataLoaderConfig(batch_size=8 // ranks, num_workers=workers, seed=2)
+        return DataLoaderFactory().create_dataloader(HDF5Dataset(path, ["x"], mode=mode), config,
+                                                     batch_sampler=sampler)
+
+    saving, served = [loader(2, rank, 2) for rank in range(2)], []
+    for each in saving:
+        iterator = iter(each)
+        served += [int(row) for _ in range(3) for row in next(iterator)["x"]]
+    resumed = loader(1, 0, 0)
+    resumed.load_state_dict(saving[0].state_dict())
+    rest = [int(row) for batch in resumed for row in batch["x"]]
+    assert len(served) == 24 and sorted(served + rest) == list(range(37))  # each row exactly once
