@@ -17,8 +17,10 @@ from engine.multi.module import NamedDatasets, defer_to_named, is_named_datasets
 from engine.sampling.modes import resolve_batching
 from engine.seeded_collate import build_collator
 from engine.sources.adapt import MapSource
-from engine.sources.given import log_truncation, prepare_inputs, take_inputs
+from engine.sources.given import log_long_rows, prepare_inputs, prepare_tokens, take_inputs
+from engine.sources.long_rows import LongRows, check_sources
 from engine.sources.streams import check_resumable
+from engine.sources.token_cache import TokenCache
 from engine.splits import SplitPlan
 from engine.state import TrainPosition, check_compatible, check_structure, module_identity
 from engine.tools.device import DeviceNormalize
@@ -60,6 +62,11 @@ class UniversalDataModule(lightning.LightningDataModule):
         device_normalize: Vision: keep images uint8 in the loader, normalize on the device (on_after_batch_transfer).
         validate: At setup, check the first training batch against the spec; the report is ``dm.validation_report``.
         multi_config: Several named datasets only: how their batches interleave (a MultiDataLoaderConfig).
+        long_rows: Rows longer than the collator's ``max_length``: 'truncate' (keep the start), 'split' (windows
+            overlapping by ``stride`` tokens) or 'drop'; counted in ``dm.long_rows_report``. None reads the spec's
+            ``preprocessing_config['long_rows']`` (and ``'stride'``), else 'truncate'.
+        cache_dir, num_proc: Where raw text tokenized once per machine is cached (default beside the datasets
+            cache), and the processes that tokenize it.
 
     Example:
         >>> import torch
@@ -80,6 +87,8 @@ class UniversalDataModule(lightning.LightningDataModule):
         collate_fn: Callable[..., Any] | None = None, collator_name: str | None = None,
         collator_kwargs: dict[str, Any] | None = None, batching: str | None = None, max_tokens: int | None = None,
         device_normalize: bool = False, validate: bool = False, multi_config: MultiDataLoaderConfig | None = None,
+        long_rows: str | None = None, stride: int | None = None, cache_dir: str | None = None,
+        num_proc: int | None = None,
     ) -> None:
         super().__init__()
         options.record_configuration(self, options.checkpoint_configuration(locals(), NOT_CHECKPOINTED))
@@ -109,14 +118,23 @@ class UniversalDataModule(lightning.LightningDataModule):
             options.device_normalize_kwargs(device_normalize, collate_fn, task_spec, collator_kwargs),
         )
         options.check_pad_id(self.collator, tokenizer)
+        self.long_rows = LongRows.resolve(long_rows, stride, task_spec, getattr(self.collator, "max_length", None))
+        check_sources(self._given, self._stream, self.long_rows)
+        self.token_cache = TokenCache.resolve(cache_dir, num_proc)
         self.train_config.collate_fn = self.eval_config.collate_fn = self.collator
         self.device_normalize = DeviceNormalize.from_collator(self.collator)  # also for collator_kwargs keep_uint8
         self.split_plan: SplitPlan | None = None
         self.datasets: dict[str, MapSource] = {}
         self.truncation: dict[str, int] | None = None  # rows and tokens that max_length cuts, after setup
+        self.long_rows_report: dict[str, dict[str, Any]] = {}  # per split: what long_rows did, after setup
         self._factory = DataLoaderFactory()
         self._position = TrainPosition()
         self._fingerprint: str | None = None
+
+    def prepare_data(self) -> None:
+        """Tokenize raw text into the on-disk cache; Lightning runs this once per machine (local rank 0)."""
+        for module in self.children.values() if self.named is not None else [self]:
+            prepare_tokens(module._given, module.task_spec, module.tokenizer, module.token_cache)
 
     @defer_to_named
     def setup(self, stage: str | None = None) -> None:
@@ -125,12 +143,12 @@ class UniversalDataModule(lightning.LightningDataModule):
             return
         check_trainer_keeps_our_samplers(self.trainer)
         self.rank, self.world_size = resolve_world(self.trainer)
-        sources, self._fingerprint, self.split_plan = prepare_inputs(
+        sources, self._fingerprint, self.split_plan, self.long_rows_report = prepare_inputs(
             self._given, self._stream, self.task_spec, self.tokenizer, val_split=self.val_split,
-            test_split=self.test_split, seed=self.seed, rank=self.rank, world_size=self.world_size)
+            test_split=self.test_split, seed=self.seed, rank=self.rank, world_size=self.world_size,
+            long_rows=self.long_rows, cache=self.token_cache)
         self.datasets = sources
-        self.truncation = log_truncation(sources.get("train"), self.task_spec, getattr(self.collator, "max_length",
-                                                                                       None))
+        self.truncation = log_long_rows(self.long_rows_report)
         for role, source in sources.items():  # spawned workers must be able to receive data and collator
             check_workers_can_start(source, self.train_config if role == "train" else self.eval_config)
         if self.validate and "train" in sources:  # a throwaway loader: the real one's state is untouched

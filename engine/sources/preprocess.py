@@ -1,4 +1,5 @@
-"""Tokenization of raw-text columns, once per dataset at setup, with batched ``datasets.map``."""
+"""Tokenization of raw-text columns with batched ``datasets.map``: once per machine and cached on disk for map-style
+data (:mod:`engine.sources.token_cache`), lazily for streams."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Any
 
 from engine.sources.adapt import HFSource, MapSource
 from engine.sources.inputs import needs_tokenizer, row_keys, text_fields, token_field
+from engine.sources.token_cache import TokenCache
 from task_spec import TaskSpec
 
 
@@ -33,9 +35,13 @@ class _TokenizeBatch:
         return out
 
 
-def tokenize_dataset(dataset: Any, spec: TaskSpec, tokenizer: Any) -> Any:
+def tokenize_dataset(dataset: Any, spec: TaskSpec, tokenizer: Any, *, truncate: bool = True,
+                     num_proc: int | None = None) -> Any:
     """Return ``dataset`` with its raw text replaced by token ids (``input_ids``, ``attention_mask``,
-    and ``labels`` from the target text for seq2seq). Other columns are kept."""
+    and ``labels`` from the target text for seq2seq). Other columns are kept.
+
+    ``truncate=False`` keeps whole inputs (the long-row policy cuts them later, and counts what it cut);
+    target text is always cut to ``max_target_len``. ``num_proc`` worker processes share the ``map``."""
     text_field, target_text = text_fields(spec)
     if target_text is not None and target_text not in dataset.column_names:
         target_text = None
@@ -45,20 +51,35 @@ def tokenize_dataset(dataset: Any, spec: TaskSpec, tokenizer: Any) -> Any:
         text_field,
         target_text,
         spec.target_field or "labels",
-        spec.max_seq_len,
+        spec.max_seq_len if truncate else None,
         spec.additional_config.get("max_target_len"),
     )
-    progress = {"desc": f"Tokenizing {text_field!r}"} if hasattr(dataset, "cache_files") else {}  # not streams
-    return dataset.map(function, batched=True, remove_columns=consumed, **progress)
+    extra = {"desc": f"Tokenizing {text_field!r}", "num_proc": num_proc} if hasattr(dataset, "cache_files") else {}
+    return dataset.map(function, batched=True, remove_columns=consumed, **extra)  # streams: no desc, no num_proc
 
 
-def prepare_source(source: MapSource, spec: TaskSpec | None, tokenizer: Any) -> MapSource:
-    """Raw text becomes token ids; image and audio columns of HF data come back as tensors (Arrow ``Image``
-    columns as CHW uint8), so the collators see one layout whatever the storage. Other sources pass as is."""
+def tokenize_cached(dataset: Any, spec: TaskSpec, tokenizer: Any, cache: TokenCache) -> Any:
+    """``dataset`` tokenized whole (no truncation), from ``cache`` when this data, tokenizer and these options were
+    tokenized before on this machine; else tokenized now (with ``cache.num_proc`` processes) and saved there."""
+    options = (*text_fields(spec), spec.target_field, spec.additional_config.get("max_target_len"))
+    path = cache.path_for(dataset, tokenizer, options)
+    return cache.load_or_build(path, lambda: tokenize_dataset(dataset, spec, tokenizer, truncate=False,
+                                                              num_proc=cache.num_proc))
+
+
+def has_raw_text(source: MapSource, spec: TaskSpec | None) -> bool:
+    """Whether ``source`` is Hugging Face data whose raw text the module tokenizes."""
+    return isinstance(source, HFSource) and spec is not None and needs_tokenizer(row_keys(source), spec, source)
+
+
+def prepare_source(source: MapSource, spec: TaskSpec | None, tokenizer: Any, cache: TokenCache) -> MapSource:
+    """Raw text becomes whole token ids, loaded from (or saved to) the on-disk ``cache``; image and audio columns
+    of HF data come back as tensors (Arrow ``Image`` columns as CHW uint8), so the collators see one layout
+    whatever the storage. Other sources pass as is."""
     if not isinstance(source, HFSource) or spec is None:
         return source
-    if needs_tokenizer(row_keys(source), spec, source):
-        source = HFSource(tokenize_dataset(source.dataset, spec, tokenizer))
+    if has_raw_text(source, spec):
+        source = HFSource(tokenize_cached(source.dataset, spec, tokenizer, cache))
     if spec.modality in ("vision", "audio", "multimodal"):
         columns = [c for c in (*spec.input_fields, spec.target_field) if c in source.column_names]
         return HFSource(source.dataset.with_format("torch", columns=columns, output_all_columns=True))

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from engine.sources.lengths import describe_truncation
+from engine.sources.long_rows import describe
 
 
 def summary_rows(dm: Any) -> list[tuple[str, str]]:
@@ -29,8 +29,9 @@ def summary_rows(dm: Any) -> list[tuple[str, str]]:
     config = dm.train_config
     rows.append(("loader", f"batch_size={config.batch_size}, shuffle={config.shuffle}, "
                            f"num_workers={config.num_workers}, drop_last={config.drop_last}"))
-    if getattr(dm, "truncation", None) and dm.truncation["long_rows"]:
-        rows.append(("truncation", describe_truncation(dm.truncation, dm.collator.max_length)))
+    for role, report in getattr(dm, "long_rows_report", {}).items():
+        if report["long_rows"]:
+            rows.append(("truncation" if report["policy"] == "truncate" else "long rows", describe(report, role)))
     shapes = batch_shapes(dm)
     if shapes:
         rows.append(("batch", ", ".join(f"{key}: {shape}" for key, shape in shapes.items())))
