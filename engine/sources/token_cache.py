@@ -78,8 +78,12 @@ class TokenCache:
             built.save_to_disk(str(temporary))
             try:
                 os.replace(temporary, path)  # atomic: readers see the whole dataset or none
-            except OSError:  # another machine sharing the folder was first: keep its file
-                shutil.rmtree(temporary, ignore_errors=True)
+            except OSError:
+                if is_complete(path):  # another machine sharing the folder was first: keep its file
+                    shutil.rmtree(temporary, ignore_errors=True)
+                else:  # what a writer that died left behind
+                    shutil.rmtree(path, ignore_errors=True)
+                    os.replace(temporary, path)
         return datasets.load_from_disk(str(path))
 
 

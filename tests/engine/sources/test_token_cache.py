@@ -1,0 +1,76 @@
+"""Raw text tokenized once per machine: the cached result equals today's single-process tokenization (also with
+num_proc=2), a second module and setup after prepare_data load it instead of tokenizing again."""
+
+from pathlib import Path
+
+import datasets
+import pytest
+
+from demo.sample_data import build_tokenizer
+from engine import UniversalDataModule
+from engine.sources.preprocess import tokenize_dataset
+from engine.sources.token_cache import TokenCache, default_cache_dir, is_complete
+from task_spec import TaskSpec
+from tests.distributed._counting_tokenizer import counted, counting_tokenizer
+
+SPEC = TaskSpec.lm_tiny().replace(additional_config={"max_seq_len": 12})
+TEXTS = [f"the owl {i} sleeps in the old tree by the lake " * (1 + i % 3) for i in range(50)]
+
+
+def raw(texts=TEXTS):
+    return datasets.Dataset.from_dict({"text": texts, "topic": [i % 2 for i in range(len(texts))]})
+
+
+@pytest.mark.parametrize("num_proc", [None, 2])
+def test_cached_tokenization_equals_todays_single_process_map(tmp_path, num_proc):
+    tokenizer = build_tokenizer()
+    today = tokenize_dataset(raw(), SPEC, tokenizer)  # the map setup ran before: truncating in the tokenizer
+    dm = UniversalDataModule(raw(), task_spec=SPEC, tokenizer=tokenizer, cache_dir=tmp_path, num_proc=num_proc)
+    dm.setup()
+    assert dm.datasets["train"].dataset.to_list() == today.to_list()
+    assert dm.truncation["long_rows"] > 0  # what the tokenizer cuts is now counted
+    assert dm.truncation["lost_tokens"] == sum(max(len(ids) - 12, 0) for ids in tokenizer(TEXTS)["input_ids"])
+
+
+def test_a_second_module_loads_the_cache_instead_of_tokenizing(tmp_path):
+    counter = tmp_path / "counter.txt"
+    first = UniversalDataModule(raw(), task_spec=SPEC, tokenizer=counting_tokenizer(counter), cache_dir=tmp_path / "c")
+    first.setup()
+    assert sorted(counted(counter)) == sorted(TEXTS)
+    second = UniversalDataModule(raw(), task_spec=SPEC, tokenizer=counting_tokenizer(counter),
+                                 cache_dir=tmp_path / "c", long_rows="split")  # the policy is applied after the cache
+    second.setup()
+    assert sorted(counted(counter)) == sorted(TEXTS)  # not tokenized again
+    assert len(list((tmp_path / "c").iterdir())) == 1
+    assert second.long_rows_report["train"]["out_rows"] > first.long_rows_report["train"]["out_rows"] == 50
+    other = UniversalDataModule(raw(TEXTS[:10]), task_spec=SPEC, tokenizer=counting_tokenizer(counter),
+                                cache_dir=tmp_path / "c")
+    other.setup()  # other data: its own cache file
+    assert len(counted(counter)) == 60 and len(list((tmp_path / "c").iterdir())) == 2
+
+
+def test_prepare_data_tokenizes_and_setup_only_loads(tmp_path):
+    counter = tmp_path / "counter.txt"
+    dm = UniversalDataModule(raw(), task_spec=SPEC, tokenizer=counting_tokenizer(counter), cache_dir=tmp_path / "c",
+                             val_split=0.2)
+    dm.prepare_data()
+    assert sorted(counted(counter)) == sorted(TEXTS) and dm.datasets == {}  # setup has not run
+    dm.setup()
+    assert len(counted(counter)) == 50 and dm.split_sizes["val"] == 10
+    assert dm.datasets["train"].dataset.cache_files  # memory-mapped from the cache, not held in this process
+
+
+def test_an_unfinished_cache_folder_is_rebuilt(tmp_path):
+    tokenizer = build_tokenizer()
+    cache = TokenCache(str(tmp_path))
+    path = cache.path_for(raw(), tokenizer, ("text",))
+    path.mkdir(parents=True)  # a writer that died before finishing (the real writer renames a whole folder)
+    (path / "data-00000-of-00001.arrow").write_bytes(b"partial")
+    assert not is_complete(path)
+    loaded = cache.load_or_build(path, lambda: raw())
+    assert is_complete(path) and loaded.to_list() == raw().to_list()
+
+
+def test_the_default_cache_sits_beside_the_datasets_cache():
+    assert default_cache_dir() == Path(datasets.config.HF_DATASETS_CACHE) / "universal_datamodule" / "tokenized"
+    assert TokenCache.resolve(None, None).directory == default_cache_dir()
