@@ -79,13 +79,14 @@ def prepare_inputs(given: dict[str, MapSource], stream: Any, task_spec: Any, tok
             fingerprint = hashlib.blake2b(f"{fingerprint}{long_rows}".encode(), digest_size=12).hexdigest()
     key = token_field(task_spec) if task_spec is not None else None
     frame = special_frame(tokenizer) if raw else (0, 0)
+    whole = (task_spec.target_field,) if task_spec is not None and task_spec.task_type == "seq2seq" else ()
     from_train = {role for role, cut in (("val", val_split), ("test", test_split)) if cut and "train" in raw}
     reports = {}
     for role in list(sources):
         from_text = role in raw | from_train
         policy = long_rows if role != "predict" else LongRows("truncate", long_rows.max_length)  # one per row
         sources[role], reports[role] = apply_long_rows(sources[role], key, policy, frame if from_text else (0, 0),
-                                                       materialize=from_text)
+                                                       materialize=from_text, whole=whole)
         sources[role].role = role  # named in errors
     return Prepared(sources, fingerprint, plan, {role: r for role, r in reports.items() if r is not None})
 

@@ -142,12 +142,13 @@ def describe(report: dict[str, Any], role: str = "train") -> str:
 
 
 def apply_long_rows(source: MapSource, key: str | None, policy: LongRows, frame: tuple[int, int] = (0, 0),
-                    materialize: bool = False) -> tuple[MapSource, dict[str, Any] | None]:
+                    materialize: bool = False, whole: tuple[str, ...] = ()) -> tuple[MapSource, dict[str, Any] | None]:
     """``(source, report)``: ``source`` with the policy applied to its ``key`` token rows, and what it did.
 
     'truncate' leaves pre-tokenized rows whole (the collator keeps their start) unless ``materialize`` (raw text
-    tokenized here: the cut keeps the special tokens). Sources whose lengths need a pass over every row (torch
-    datasets) are returned as they are with no report; 'split' and 'drop' refuse them.
+    tokenized here: the cut keeps the special tokens). Columns named in ``whole`` (a seq2seq target) are copied
+    to every window even when as long as the tokens. Sources whose lengths need a pass over every row (torch
+    datasets) are returned as they are with no report (:func:`check_sources` refused 'split' and 'drop').
     """
     if not isinstance(source, (HFSource, TensorListSource)):  # check_sources refused 'split' and 'drop'
         return source, None
@@ -165,7 +166,7 @@ def apply_long_rows(source: MapSource, key: str | None, policy: LongRows, frame:
         return source.view(rows), report
     if isinstance(source, TensorListSource):
         return TokenWindows(source, rows, starts, ends), report
-    return HFSource(cut_columns(source.dataset, key, (rows, starts, ends), frame)), report
+    return HFSource(cut_columns(source.dataset, key, (rows, starts, ends), frame, whole)), report
 
 
 class TokenWindows(TensorListSource):
@@ -179,7 +180,6 @@ class TokenWindows(TensorListSource):
         self.key, self.buffer, self.positions = source.key, source.buffer, None
         self.starts = source.offsets[torch.as_tensor(base)] + torch.as_tensor(starts)
         self.shapes = torch.as_tensor(ends - starts, dtype=torch.long).reshape(-1, 1)
-        self.offsets = self.starts  # kept for readers of offsets[i]; rows read starts + shapes
 
     def _row(self, index: int) -> torch.Tensor:
         start = int(self.starts[index])
@@ -215,11 +215,13 @@ class _CutRows:
 
 
 def cut_columns(dataset: Any, key: str, windows: tuple[np.ndarray, np.ndarray, np.ndarray],
-                frame: tuple[int, int]) -> Any:
+                frame: tuple[int, int], whole: tuple[str, ...] = ()) -> Any:
     """``dataset`` as its ``windows`` ``(rows, starts, ends)``, with a batched ``Dataset.map``: per-token columns
-    (lists as long as ``key``'s in every row) are cut, the others copied to each window of their row."""
+    (lists as long as ``key``'s in every row, except those in ``whole``) are cut, the others copied to each window
+    of their row."""
     lengths = lengths_of(HFSource(dataset), key)
-    per_token = [name for name in dataset.column_names if name == key or _same_lengths(dataset, name, lengths)]
+    per_token = [name for name in dataset.column_names
+                 if name == key or (name not in whole and _same_lengths(dataset, name, lengths))]
     return dataset.map(_CutRows(windows, per_token, frame), batched=True, with_indices=True,
                        remove_columns=dataset.column_names, features=dataset.features, desc="Cutting long rows")
 

@@ -99,6 +99,14 @@ class TestTokenData:
         assert rows[2]["input_ids"] == list(range(108, 112))  # the tail window of document 1
 
 
+    def test_a_seq2seq_target_is_copied_whole_even_when_as_long_as_the_inputs(self):
+        ids = [list(range(n)) for n in (4, 12)]
+        data = datasets.Dataset.from_dict({"input_ids": ids, "labels": [[9] * len(row) for row in ids]})
+        out, _ = apply_long_rows(HFSource(data), "input_ids", LongRows("split", 8), whole=("labels",))
+        assert list(out.dataset["labels"]) == [[9] * 4, [9] * 12, [9] * 12]
+        assert list(out.dataset["input_ids"]) == [ids[0], ids[1][:8], ids[1][8:]]
+
+
 class TestModule:
     def test_val_split_keeps_every_documents_windows_in_one_split(self):
         spec = TaskSpec.lm_tiny().replace(additional_config={"max_seq_len": 10})
