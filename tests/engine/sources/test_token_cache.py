@@ -74,3 +74,35 @@ def test_an_unfinished_cache_folder_is_rebuilt(tmp_path):
 def test_the_default_cache_sits_beside_the_datasets_cache():
     assert default_cache_dir() == Path(datasets.config.HF_DATASETS_CACHE) / "universal_datamodule" / "tokenized"
     assert TokenCache.resolve(None, None).directory == default_cache_dir()
+
+
+def test_a_lightning_fit_tokenizes_in_prepare_data_once(tmp_path):
+    import lightning
+    import torch
+
+    class TinyLM(lightning.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(len(build_tokenizer()), 4)
+
+        def training_step(self, batch, batch_index):
+            return self.embed(batch["input_ids"]).float().mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    counter = tmp_path / "counter.txt"
+    dm = UniversalDataModule(raw(), task_spec=SPEC, tokenizer=counting_tokenizer(counter), cache_dir=tmp_path / "c",
+                             batch_size=10, long_rows="split")
+    tokenized_before_setup, setup = [], dm.setup
+
+    def counting_setup(stage=None):
+        tokenized_before_setup.append(len(counted(counter)))
+        setup(stage)
+
+    dm.setup = counting_setup
+    trainer = lightning.Trainer(accelerator="cpu", devices=1, max_steps=2, logger=False, enable_checkpointing=False,
+                                enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(TinyLM(), datamodule=dm)
+    assert tokenized_before_setup[0] == len(TEXTS)  # Lightning's prepare_data did it, before setup
+    assert trainer.global_step == 2 and sorted(counted(counter)) == sorted(TEXTS)
