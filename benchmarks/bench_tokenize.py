@@ -93,6 +93,7 @@ def measure(which: str, count: int, out: str) -> dict[str, Any]:
     done = subprocess.run(command, capture_output=True, text=True, check=False, env={**os.environ})
     if done.returncode:
         raise RuntimeError(f"the {which} side failed:\n{done.stderr[-3000:]}")
+    print(f"  tokenize, {which}: {done.stdout.strip().splitlines()[-1]}", file=sys.stderr, flush=True)  # kept early
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
