@@ -68,14 +68,19 @@ class TokenCache:
             digest.update(b"\0")
         return self.directory / f"tokenized-{digest.hexdigest()}"
 
-    def load_or_build(self, path: Path, build: Callable[[], Any]) -> Any:
-        """The dataset saved at ``path``, after ``build()``-ing and saving it there when it is not."""
+    def load_or_build(self, path: Path, build: Callable[[Path], Any]) -> Any:
+        """The dataset saved at ``path``, after ``build(scratch)``-ing and saving it there when it is not; the
+        ``scratch`` folder (for files the build needs only while it runs) is removed afterwards."""
         import datasets
 
         if not is_complete(path):
-            built = build()
             temporary = path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex}")
-            built.save_to_disk(str(temporary))
+            scratch = path.with_name(f"{path.name}.scratch-{uuid.uuid4().hex}")
+            try:
+                built = build(scratch)
+                built.save_to_disk(str(temporary))
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
             try:
                 os.replace(temporary, path)  # atomic: readers see the whole dataset or none
             except OSError:

@@ -30,6 +30,8 @@ def test_cached_tokenization_equals_todays_single_process_map(tmp_path, num_proc
     assert dm.datasets["train"].dataset.to_list() == today.to_list()
     assert dm.truncation["long_rows"] > 0  # what the tokenizer cuts is now counted
     assert dm.truncation["lost_tokens"] == sum(max(len(ids) - 12, 0) for ids in tokenizer(TEXTS)["input_ids"])
+    names = [path.name for path in tmp_path.iterdir()]
+    assert len(names) == 1 and names[0].startswith("tokenized-") and "." not in names[0]  # no scratch or temporary
 
 
 def test_a_second_module_loads_the_cache_instead_of_tokenizing(tmp_path):
@@ -67,7 +69,7 @@ def test_an_unfinished_cache_folder_is_rebuilt(tmp_path):
     path.mkdir(parents=True)  # a writer that died before finishing (the real writer renames a whole folder)
     (path / "data-00000-of-00001.arrow").write_bytes(b"partial")
     assert not is_complete(path)
-    loaded = cache.load_or_build(path, lambda: raw())
+    loaded = cache.load_or_build(path, lambda scratch: raw())
     assert is_complete(path) and loaded.to_list() == raw().to_list()
 
 
