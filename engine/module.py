@@ -18,8 +18,10 @@ from engine.sampling.modes import packed_collator_name, resolve_batching, with_p
 from engine.seeded_collate import build_collator
 from engine.sources.adapt import MapSource
 from engine.sources.bad_rows import SkipReport, check_on_error
-from engine.sources.given import log_truncation, prepare_inputs, take_inputs
+from engine.sources.given import log_long_rows, prepare_inputs, prepare_tokens, take_inputs
+from engine.sources.long_rows import LongRows, check_sources
 from engine.sources.streams import check_resumable
+from engine.sources.token_cache import TokenCache
 from engine.sources.transforms import split_transforms
 from engine.splits import SplitPlan
 from engine.state import SKIPPED_ROWS, TrainPosition, check_compatible, check_structure, module_identity
@@ -73,6 +75,11 @@ class UniversalDataModule(lightning.LightningDataModule):
             every epoch; ``eval_transform`` to val/test/predict rows (also when cut by ``val_split``), seeded
             without the epoch. See docs/transforms.md.
         multi_config: Several named datasets only: how their batches interleave (a MultiDataLoaderConfig).
+        long_rows: Rows longer than the collator's ``max_length``: 'truncate' (keep the start), 'split' (windows
+            overlapping by ``stride`` tokens) or 'drop'; counted in ``dm.long_rows_report``. None reads the spec's
+            ``preprocessing_config['long_rows']`` (and ``'stride'``), else 'truncate'.
+        cache_dir, num_proc: Where raw text tokenized once per machine is cached (default beside the datasets
+            cache), and the processes that tokenize it.
 
     Example:
         >>> import torch
@@ -96,6 +103,8 @@ class UniversalDataModule(lightning.LightningDataModule):
         on_error: str = "raise", max_skipped: int | float | None = None,
         train_transform: Callable[..., Any] | None = None, eval_transform: Callable[..., Any] | None = None,
         num_threads: int = 0,
+        long_rows: str | None = None, stride: int | None = None, cache_dir: str | None = None,
+        num_proc: int | None = None,
     ) -> None:
         super().__init__()
         options.record_configuration(self, options.checkpoint_configuration(locals(), NOT_CHECKPOINTED))
@@ -129,6 +138,9 @@ class UniversalDataModule(lightning.LightningDataModule):
         )
         self.collator_resolution = with_packed_reason(resolution, name != collator_name, self.batching_reason)
         options.check_pad_id(self.collator, tokenizer)
+        self.long_rows = LongRows.resolve(long_rows, stride, task_spec, getattr(self.collator, "max_length", None))
+        check_sources(self._given, self._stream, self.long_rows)
+        self.token_cache = TokenCache.resolve(cache_dir, num_proc)
         self.train_config.collate_fn = self.eval_config.collate_fn = self.collator
         self.transforms = split_transforms(train_transform, eval_transform, seed=seed, stream=self._stream is not None)
         for role, transform in self.transforms.items():  # spawned workers receive the transforms with the data
@@ -138,9 +150,15 @@ class UniversalDataModule(lightning.LightningDataModule):
         self.split_plan: SplitPlan | None = None
         self.datasets: dict[str, MapSource] = {}
         self.truncation: dict[str, int] | None = None  # rows and tokens that max_length cuts, after setup
+        self.long_rows_report: dict[str, dict[str, Any]] = {}  # per split: what long_rows did, after setup
         self._factory = DataLoaderFactory()
         self._position = TrainPosition()
         self._fingerprint: str | None = None
+
+    def prepare_data(self) -> None:
+        """Tokenize raw text into the on-disk cache; Lightning runs this once per machine (local rank 0)."""
+        for module in self.children.values() if self.named is not None else [self]:
+            prepare_tokens(module._given, module.task_spec, module.tokenizer, module.token_cache)
 
     @defer_to_named
     def setup(self, stage: str | None = None) -> None:
@@ -149,14 +167,13 @@ class UniversalDataModule(lightning.LightningDataModule):
             return
         check_trainer_keeps_our_samplers(self.trainer)
         self.rank, self.world_size = resolve_world(self.trainer)
-        sources, self._fingerprint, self.split_plan = prepare_inputs(
+        sources, self._fingerprint, self.split_plan, self.long_rows_report = prepare_inputs(
             self._given, self._stream, self.task_spec, self.tokenizer, val_split=self.val_split,
             test_split=self.test_split, seed=self.seed, rank=self.rank, world_size=self.world_size,
-            transforms=self.transforms)
+            long_rows=self.long_rows, cache=self.token_cache, transforms=self.transforms)
         self.datasets = sources
         self.skipped.apply_to(sources.values())
-        self.truncation = log_truncation(sources.get("train"), self.task_spec, getattr(self.collator, "max_length",
-                                                                                       None))
+        self.truncation = log_long_rows(self.long_rows_report)
         for role, source in sources.items():  # spawned workers must be able to receive data and collator
             check_workers_can_start(source, self.train_config if role == "train" else self.eval_config)
         if self.validate and "train" in sources:  # a throwaway loader: the real one's state is untouched

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 from collections.abc import Mapping, Sequence
 from enum import Enum
 from typing import Any
@@ -88,6 +89,8 @@ def plain(value: Any) -> Any:
         return [plain(item) for item in value]
     if value is None or isinstance(value, (str, bool, int, float)):
         return value
+    if isinstance(value, os.PathLike):  # cache_dir=Path(...)
+        return os.fspath(value)
     raise TypeError(f"{type(value).__name__} cannot be stored in a checkpoint's configuration")
 
 

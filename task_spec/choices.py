@@ -42,10 +42,11 @@ KNOWN_KEYS: dict[str, tuple[str, ...]] = {
         "max_seq_len", "max_target_len", "vocab_size", "num_classes", "image_size", "sample_rate", "max_length",
     ),
     # collators/text.py and _text_options.py, collators/vision.py (normalization), collators/audio.py,
-    # engine/sources/inputs.py (text fields), engine/sampling/modes.py (batching, max_tokens).
+    # engine/sources/inputs.py (text fields), engine/sampling/modes.py (batching, max_tokens),
+    # engine/sources/long_rows.py (long_rows, stride).
     "preprocessing_config": (
         "text_field", "target_text_field", "padding_side", "mlm_probability", "normalization", "features",
-        "n_mels", "n_fft", "hop_length", "batching", "max_tokens", "padding", "pad_to_buckets",
+        "n_mels", "n_fft", "hop_length", "batching", "max_tokens", "padding", "pad_to_buckets", "long_rows", "stride",
     ),
 }
 """Keys that some stage of the data path reads, per mapping field. Other keys are kept for the user's own use,

@@ -2,8 +2,9 @@
 
 ``rows`` is that interface (``MapSource``, ``RowBatch``), and ``adapt`` wraps HF datasets, torch datasets and lists
 of tensors behind it; ``files`` reads paths to files and folders with ``datasets``; ``inputs`` checks them against
-the TaskSpec; ``preprocess`` tokenizes raw text once; ``media`` decodes image and audio columns to tensors;
-``lengths`` reads row lengths from the columns; ``streams`` handles ``datasets.IterableDataset`` inputs;
+the TaskSpec; ``preprocess`` tokenizes raw text, once per machine into the cache of ``token_cache``; ``media``
+decodes image and audio columns to tensors; ``lengths`` reads row lengths from the columns; ``long_rows``
+truncates, splits or drops rows longer than the limit; ``streams`` handles ``datasets.IterableDataset`` inputs;
 ``transforms`` applies a split's per-row transform; ``bad_rows`` names rows that fail to read, or leaves them out
 and records them.
 """

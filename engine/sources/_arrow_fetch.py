@@ -68,8 +68,12 @@ def ragged_gather(values: np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> 
     """Rows ``rows`` of the flat ``values`` + ``offsets`` layout, gathered into a new flat buffer + offsets:
     starts and ends from the offsets, then one fancy index for the values (no per-row Python objects)."""
     starts = offsets[rows].astype(np.int64)
-    lengths = offsets[rows + 1] - starts
-    out = np.zeros(len(rows) + 1, dtype=np.int64)
+    return gather_spans(values, starts, offsets[rows + 1] - starts)
+
+
+def gather_spans(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> RaggedColumn:
+    """The spans ``values[start : start + length]``, one per row, in a new flat buffer + offsets (one fancy index)."""
+    out = np.zeros(len(starts) + 1, dtype=np.int64)
     np.cumsum(lengths, out=out[1:])
     index = np.arange(out[-1], dtype=np.int64) + np.repeat(starts - out[:-1], lengths)
     return RaggedColumn(values[index], out)

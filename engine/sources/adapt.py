@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from engine.sources._arrow_fetch import ArrowBatchFetcher, ColumnBatch, ragged_gather
+from engine.sources._arrow_fetch import ArrowBatchFetcher, ColumnBatch, gather_spans
 from engine.sources.files import is_path_data, load_paths
 from engine.sources.kinds import ACCEPTED, TupleRows, columns_dataset, is_column_dict, tuple_fields
 from engine.sources.rows import MapSource, RowBatch
@@ -151,7 +151,12 @@ class TensorListSource(MapSource):
         rows = np.asarray(positions, dtype=np.int64)
         if self.positions is not None:
             rows = self.positions[rows]
-        return {self.key or "input_ids": ragged_gather(self.buffer.numpy(), self.offsets.numpy(), rows)}
+        return {self.key or "input_ids": gather_spans(self.buffer.numpy(), *self._spans(rows))}
+
+    def _spans(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Where ``rows`` (indices into the rows given) start in the buffer, and their lengths."""
+        offsets = self.offsets.numpy()
+        return offsets[rows], offsets[rows + 1] - offsets[rows]
 
     @property
     def column_names(self) -> list[str]:

@@ -4,17 +4,20 @@ tokenized, fingerprinted and split at setup (:func:`prepare_inputs`)."""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from engine.options import check_data_arguments
 from engine.sources.adapt import MapSource, TorchSource, as_source
 from engine.sources.inputs import check_inputs, token_field
 from engine.sources.kinds import is_hf_dataset_dict, unpack_dataset_dict
-from engine.sources.lengths import describe_truncation, truncation_of
-from engine.sources.preprocess import prepare_source, prepare_stream
+from engine.sources.long_rows import LongRows, apply_long_rows, describe, special_frame
+from engine.sources.preprocess import has_raw_text, prepare_source, prepare_stream
 from engine.sources.streams import EpochStream, check_stream_options, is_hf_stream, peek_rows, stream_fingerprint
+from engine.sources.token_cache import TokenCache, machine_first
 from engine.sources.transforms import RowTransform
 from engine.splits import SplitPlan, plan_splits, split_views
 from engine.state import data_fingerprint
@@ -59,20 +62,38 @@ def take_inputs(train_data: Any, *, val_data: Any, test_data: Any, predict_data:
 
 def prepare_inputs(given: dict[str, MapSource], stream: Any, task_spec: Any, tokenizer: Any, *,
                    val_split: float | int, test_split: float | int, seed: int, rank: int, world_size: int,
-                   transforms: Mapping[str, RowTransform | None] | None = None,
-                   ) -> tuple[dict[str, Any], str | None, SplitPlan | None]:
-    """``(sources by role, data fingerprint, split plan)``: raw text tokenized once, the train data split, and
-    each split (its own copy of the source, views cut by ``val_split`` included) given its ``transforms[role]``."""
-    sources = {role: prepare_source(source, task_spec, tokenizer) for role, source in given.items()}
+                   long_rows: LongRows | None = None, cache: TokenCache | None = None,
+                   transforms: Mapping[str, RowTransform | None] | None = None) -> Prepared:
+    """Raw text tokenized once per machine (cached), the train data split by document, then the long-row policy
+    applied to each split, so that no document's windows land in two splits. None: truncation, default cache.
+    Each split is its own copy of the source (views cut by ``val_split`` included) with its ``transforms[role]``."""
+    long_rows, cache = long_rows or LongRows(), cache or TokenCache()
+    raw = {role for role, source in given.items() if has_raw_text(source, task_spec)}
+    with machine_first() if raw else contextlib.nullcontext():  # local rank 0 tokenizes, the others load
+        sources = {role: prepare_source(source, task_spec, tokenizer, cache) for role, source in given.items()}
     if stream is not None:
         train = EpochStream(prepare_stream(stream, task_spec, tokenizer), rank=rank, world_size=world_size)
         others = {role: source for role, source in sources.items() if role != "train"}
-        return {**_for_roles(others, transforms), "train": train}, stream_fingerprint(stream), None
-    if "train" not in sources:
-        return _for_roles(sources, transforms), None, None
-    plan = plan_splits(len(sources["train"]), val_split=val_split, test_split=test_split, seed=seed)
-    sources.update(split_views(sources["train"], plan, val=bool(val_split), test=bool(test_split)))
-    return _for_roles(sources, transforms), data_fingerprint(given["train"]), plan
+        return Prepared({**_for_roles(others, transforms), "train": train}, stream_fingerprint(stream), None, {})
+    plan = fingerprint = None
+    if "train" in sources:
+        plan = plan_splits(len(sources["train"]), val_split=val_split, test_split=test_split, seed=seed)
+        sources.update(split_views(sources["train"], plan, val=bool(val_split), test=bool(test_split)))
+        fingerprint = data_fingerprint(given["train"])
+        if long_rows.policy != "truncate":  # other rows: a saved position must not be resumed on them
+            fingerprint = hashlib.blake2b(f"{fingerprint}{long_rows}".encode(), digest_size=12).hexdigest()
+    key = token_field(task_spec) if task_spec is not None else None
+    frame = special_frame(tokenizer) if raw else (0, 0)
+    whole = (task_spec.target_field,) if task_spec is not None and task_spec.task_type == "seq2seq" else ()
+    from_train = {role for role, cut in (("val", val_split), ("test", test_split)) if cut and "train" in raw}
+    reports = {}
+    for role in list(sources):
+        from_text = role in raw | from_train
+        policy = long_rows if role != "predict" else LongRows("truncate", long_rows.max_length)  # one per row
+        sources[role], reports[role] = apply_long_rows(sources[role], key, policy, frame if from_text else (0, 0),
+                                                       materialize=from_text, whole=whole)
+    return Prepared(_for_roles(sources, transforms), fingerprint, plan,
+                    {role: r for role, r in reports.items() if r is not None})
 
 
 def _for_roles(sources: dict[str, MapSource], transforms: Mapping[str, Any] | None) -> dict[str, MapSource]:
@@ -80,11 +101,32 @@ def _for_roles(sources: dict[str, MapSource], transforms: Mapping[str, Any] | No
     return {role: source.for_role(role, (transforms or {}).get(role)) for role, source in sources.items()}
 
 
-def log_truncation(train: Any, task_spec: Any, max_length: int | None) -> dict[str, int] | None:
-    """Measure what truncation to ``max_length`` drops from the training rows and say it once in the log: long
-    rows are never cut without a word. None where it cannot be read from the columns."""
-    key = token_field(task_spec) if task_spec is not None else None
-    report = truncation_of(train, key, max_length) if train is not None else None
-    if report is not None and report["long_rows"]:
-        logging.getLogger("engine").warning(describe_truncation(report, max_length))  # type: ignore[arg-type]
-    return report
+def prepare_tokens(given: dict[str, MapSource], task_spec: Any, tokenizer: Any, cache: TokenCache) -> None:
+    """Tokenize each raw-text source into the on-disk cache (``prepare_data``: Lightning runs it on each
+    machine's local rank 0), so that setup on every rank only loads it."""
+    for source in given.values():
+        if has_raw_text(source, task_spec):
+            prepare_source(source, task_spec, tokenizer, cache)
+
+
+class Prepared(NamedTuple):
+    """What :func:`prepare_inputs` made: the sources by role, the data fingerprint, the split plan, and per role
+    what the long-row policy did (:func:`engine.sources.long_rows.count`)."""
+
+    sources: dict[str, Any]
+    fingerprint: str | None
+    plan: SplitPlan | None
+    long_rows: dict[str, dict[str, Any]]
+
+
+def log_long_rows(reports: dict[str, dict[str, Any]]) -> dict[str, int] | None:
+    """Say once in the log what the long-row policy did to each split that has long rows (never silent), and
+    return the train split's counts as ``{rows, long_rows, tokens, lost_tokens}`` (``dm.truncation``)."""
+    lines = [describe(report, role) for role, report in reports.items() if report["long_rows"]]
+    if lines:
+        logging.getLogger("engine").warning("; ".join(lines))
+    train = reports.get("train")
+    if train is None:
+        return None
+    return {"rows": train["rows"], "long_rows": train["long_rows"], "tokens": train["tokens"],
+            "lost_tokens": train["cut_tokens"]}

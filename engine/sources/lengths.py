@@ -69,24 +69,3 @@ def _row_lengths(source: MapSource, key: str | None, chunk: int = 1024) -> np.nd
                 raise TypeError(f"row {index}: {key or 'the row'!r} is a {type(row).__name__}, which has no "
                                 f"length; length-aware batching needs sequences (token ids)") from None
     return lengths
-
-
-def truncation_of(source: Any, key: str | None, max_length: int | None) -> dict[str, int] | None:
-    """What cutting rows to ``max_length`` loses: ``{rows, long_rows, tokens, lost_tokens}``, read from the columns
-    (Arrow offsets, the flat buffer's shapes); None where that needs a pass over the rows or there is no limit."""
-    if max_length is None or not isinstance(source, (HFSource, TensorListSource)):
-        return None
-    try:
-        lengths = lengths_of(source, key)
-    except (KeyError, TypeError):  # raw text or no such column: nothing to measure cheaply
-        return None
-    over = np.maximum(lengths - max_length, 0)
-    return {"rows": int(len(lengths)), "long_rows": int((over > 0).sum()), "tokens": int(lengths.sum()),
-            "lost_tokens": int(over.sum())}
-
-
-def describe_truncation(report: dict[str, int], max_length: int) -> str:
-    """One line for ``repr(dm)`` and the setup log."""
-    share = report["lost_tokens"] / report["tokens"] if report["tokens"] else 0.0
-    return (f"{report['long_rows']} of {report['rows']} train rows are longer than max_length={max_length}; "
-            f"truncating them drops {report['lost_tokens']} of {report['tokens']} tokens ({share:.1%})")

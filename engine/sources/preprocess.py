@@ -1,12 +1,15 @@
-"""Tokenization of raw-text columns, once per dataset at setup, with batched ``datasets.map``."""
+"""Tokenization of raw-text columns with batched ``datasets.map``: once per machine and cached on disk for map-style
+data (:mod:`engine.sources.token_cache`), lazily for streams."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from engine.sources.adapt import HFSource, MapSource
 from engine.sources.inputs import needs_tokenizer, row_keys, text_fields, token_field
 from engine.sources.media import media_columns, with_media_decoded
+from engine.sources.token_cache import TokenCache
 from task_spec import TaskSpec
 
 
@@ -34,9 +37,13 @@ class _TokenizeBatch:
         return out
 
 
-def tokenize_dataset(dataset: Any, spec: TaskSpec, tokenizer: Any) -> Any:
+def tokenize_dataset(dataset: Any, spec: TaskSpec, tokenizer: Any, *, truncate: bool = True,
+                     num_proc: int | None = None) -> Any:
     """Return ``dataset`` with its raw text replaced by token ids (``input_ids``, ``attention_mask``,
-    and ``labels`` from the target text for seq2seq). Other columns are kept."""
+    and ``labels`` from the target text for seq2seq). Other columns are kept.
+
+    ``truncate=False`` keeps whole inputs (the long-row policy cuts them later, and counts what it cut);
+    target text is always cut to ``max_target_len``. ``num_proc`` worker processes share the ``map``."""
     text_field, target_text = text_fields(spec)
     if target_text is not None and target_text not in dataset.column_names:
         target_text = None
@@ -46,21 +53,43 @@ def tokenize_dataset(dataset: Any, spec: TaskSpec, tokenizer: Any) -> Any:
         text_field,
         target_text,
         spec.target_field or "labels",
-        spec.max_seq_len,
+        spec.max_seq_len if truncate else None,
         spec.additional_config.get("max_target_len"),
     )
-    progress = {"desc": f"Tokenizing {text_field!r}"} if hasattr(dataset, "cache_files") else {}  # not streams
-    return dataset.map(function, batched=True, remove_columns=consumed, **progress)
+    extra = {"desc": f"Tokenizing {text_field!r}", "num_proc": num_proc} if hasattr(dataset, "cache_files") else {}
+    return dataset.map(function, batched=True, remove_columns=consumed, **extra)  # streams: no desc, no num_proc
 
 
-def prepare_source(source: MapSource, spec: TaskSpec | None, tokenizer: Any) -> MapSource:
-    """Raw text becomes token ids; image and audio columns of HF data come back as tensors (``Image`` columns as
-    CHW uint8, ``Audio`` columns as float32 waveforms), so the collators see one layout whatever the storage.
-    Other sources pass as is."""
+def tokenize_cached(dataset: Any, spec: TaskSpec, tokenizer: Any, cache: TokenCache) -> Any:
+    """``dataset`` tokenized whole (no truncation), from ``cache`` when this data, tokenizer and these options were
+    tokenized before on this machine; else tokenized now (with ``cache.num_proc`` processes) and saved there."""
+    options = (*text_fields(spec), spec.target_field, spec.additional_config.get("max_target_len"))
+
+    def build(scratch: Path) -> Any:
+        data = dataset
+        if (cache.num_proc or 1) > 1 and not dataset.cache_files:
+            # Workers then memory-map the text rather than each receiving a pickled copy of its shard: measured
+            # at 200k rows on 2 cores, half the peak memory and a third less time.
+            data.save_to_disk(str(scratch))
+            data = type(dataset).load_from_disk(str(scratch))
+        return tokenize_dataset(data, spec, tokenizer, truncate=False, num_proc=cache.num_proc)
+
+    return cache.load_or_build(cache.path_for(dataset, tokenizer, options), build)
+
+
+def has_raw_text(source: MapSource, spec: TaskSpec | None) -> bool:
+    """Whether ``source`` is Hugging Face data whose raw text the module tokenizes."""
+    return isinstance(source, HFSource) and spec is not None and needs_tokenizer(row_keys(source), spec, source)
+
+
+def prepare_source(source: MapSource, spec: TaskSpec | None, tokenizer: Any, cache: TokenCache) -> MapSource:
+    """Raw text becomes whole token ids, loaded from (or saved to) the on-disk ``cache``; image and audio columns
+    of HF data come back as tensors (``Image`` columns as CHW uint8, ``Audio`` columns as float32 waveforms), so
+    the collators see one layout whatever the storage. Other sources pass as is."""
     if not isinstance(source, HFSource) or spec is None:
         return source
-    if needs_tokenizer(row_keys(source), spec, source):
-        source = HFSource(tokenize_dataset(source.dataset, spec, tokenizer))
+    if has_raw_text(source, spec):
+        source = HFSource(tokenize_cached(source.dataset, spec, tokenizer, cache))
     if spec.modality in ("vision", "audio", "multimodal"):
         return HFSource(tensor_columns(source.dataset, spec))
     return source

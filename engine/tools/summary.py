@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from engine.sampling.modes import BUDGET_MODES
-from engine.sources.lengths import describe_truncation
+from engine.sources.long_rows import describe
 
 
 def collator_line(dm: Any) -> dict[str, str]:
@@ -47,8 +47,9 @@ def summary_rows(dm: Any, *, shapes: bool = True) -> list[tuple[str, str]]:
         given = ", ".join(f"{name}={' '.join(repr(value).split())}" for name, value in transforms.items())
         rows.append(("transforms", f"{given} (per row; seeded by seed, epoch and dataset index, eval without the "
                                    f"epoch)"))
-    if getattr(dm, "truncation", None) and dm.truncation["long_rows"]:
-        rows.append(("truncation", describe_truncation(dm.truncation, dm.collator.max_length)))
+    for role, report in getattr(dm, "long_rows_report", {}).items():
+        if report["long_rows"]:
+            rows.append(("truncation" if report["policy"] == "truncate" else "long rows", describe(report, role)))
     shown = batch_shapes(dm) if shapes else {}
     if shown:
         rows.append(("batch", ", ".join(f"{key}: {shape}" for key, shape in shown.items())))

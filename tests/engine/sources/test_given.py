@@ -67,8 +67,8 @@ class TestPrepareInputs:
         raw = datasets.Dataset.from_dict({"text": [f"the fox ran {i}" for i in range(20)]})
         tokenizer = build_tokenizer()
         given, _ = take(raw, tokenizer=tokenizer, val_split=0.25)
-        sources, fingerprint, plan = prepare_inputs(given, None, TaskSpec.lm_tiny(), tokenizer, val_split=0.25,
-                                                    test_split=0, seed=0, rank=0, world_size=1)
+        sources, fingerprint, plan, _ = prepare_inputs(given, None, TaskSpec.lm_tiny(), tokenizer, val_split=0.25,
+                                                       test_split=0, seed=0, rank=0, world_size=1)
         assert (len(sources["train"]), len(sources["val"])) == (15, 5) and "input_ids" in sources["train"][0]
         again = prepare_inputs(given, None, TaskSpec.lm_tiny(), tokenizer, val_split=0.25, test_split=0, seed=0,
                                rank=0, world_size=1)
@@ -77,8 +77,8 @@ class TestPrepareInputs:
     def test_a_stream_becomes_an_epoch_stream_of_this_rank(self):
         stream = datasets.Dataset.from_dict({"input_ids": [[5, 6, 7]] * 6}).to_iterable_dataset(num_shards=2)
         given, kept = take(stream)
-        sources, fingerprint, plan = prepare_inputs(given, kept, TaskSpec.lm_tiny(), None, val_split=0,
-                                                    test_split=0, seed=0, rank=1, world_size=2)
+        sources, fingerprint, plan, _ = prepare_inputs(given, kept, TaskSpec.lm_tiny(), None, val_split=0,
+                                                       test_split=0, seed=0, rank=1, world_size=2)
         assert isinstance(sources["train"], EpochStream) and sources["train"].world_size == 2
         assert plan is None and isinstance(fingerprint, str)
 
