@@ -2,7 +2,6 @@
 
 from collators import CollatorRegistry
 from engine.config import DataLoaderConfig
-from engine.epochs import set_epoch
 from engine.factory import DataLoaderFactory
 from engine.module import MultiDataModule, UniversalDataModule
 from engine.multi.config import EpochLengthPolicy, MultiDataLoaderConfig, SamplingStrategy
@@ -10,6 +9,7 @@ from engine.multi.loader import MultiDataLoader
 from engine.multi.module import build_multi_loader
 from engine.protocol import DataModuleProtocol
 from engine.rng import derive_seed
+from engine.sampling.epochs import set_epoch
 from engine.sampling.eval import ShardedEvalBatchSampler
 from engine.sampling.length import LengthGroupedBatchSampler, TokenBudgetBatchSampler
 from engine.sampling.packed import PackedBatchSampler

@@ -9,6 +9,7 @@ from __future__ import annotations
 import multiprocessing
 import pickle
 import secrets
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -182,10 +183,13 @@ def check_picklable(dataset: Any, collate_fn: Any, kwargs: dict[str, Any]) -> No
         _check_sendable(what, value, kwargs)
 
 
-def check_can_send(what: str, value: Any, config: DataLoaderConfig) -> None:
-    """Raise now if worker processes under ``config`` could not receive ``value`` (an argument named ``what``,
-    such as a per-row transform that travels with the dataset)."""
-    _check_sendable(what, value, config.resolve()[0])
+def check_transforms_can_start(transforms: Mapping[str, Any], *, train: DataLoaderConfig,
+                               evaluation: DataLoaderConfig) -> None:
+    """Raise now if worker processes could not receive a split's per-row transform (it travels with the data):
+    the train split's under the ``train`` config, the others' under ``evaluation``."""
+    for role, transform in transforms.items():
+        config = train if role == "train" else evaluation
+        _check_sendable(transform.argument, transform.transform, config.resolve()[0])
 
 
 def _check_sendable(what: str, value: Any, kwargs: dict[str, Any]) -> None:

@@ -6,25 +6,24 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import lightning
-import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from engine import options
+from engine.checkpointing import CheckpointedModule
 from engine.distributed import check_trainer_keeps_our_samplers, resolve_world
-from engine.factory import DataLoaderFactory, check_can_send, check_workers_can_start
+from engine.factory import DataLoaderFactory, check_transforms_can_start, check_workers_can_start
 from engine.multi.config import MultiDataLoaderConfig
 from engine.multi.module import NamedDatasets, defer_to_named, is_named_datasets
-from engine.sampling.modes import packed_collator_name, resolve_batching, with_packed_reason
-from engine.seeded_collate import build_collator
+from engine.sampling.modes import resolve_batching
+from engine.seeded_collate import module_collator
 from engine.sources.adapt import MapSource
-from engine.sources.bad_rows import SkipReport, check_on_error
+from engine.sources.bad_rows import SkipReport
 from engine.sources.given import log_long_rows, prepare_inputs, prepare_tokens, take_inputs
 from engine.sources.long_rows import LongRows, check_sources
-from engine.sources.streams import check_resumable
 from engine.sources.token_cache import TokenCache
 from engine.sources.transforms import split_transforms
 from engine.splits import SplitPlan
-from engine.state import SKIPPED_ROWS, TrainPosition, check_compatible, check_structure, module_identity
+from engine.state import TrainPosition
 from engine.tools.device import DeviceNormalize
 from engine.tools.report import DataReport, build_report
 from engine.tools.summary import render_html, render_text
@@ -35,7 +34,7 @@ NOT_CHECKPOINTED = ("self", "__class__", "train_data", "val_data", "test_data", 
                     "collate_fn")
 
 
-class UniversalDataModule(lightning.LightningDataModule):
+class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
     """A LightningDataModule that builds its collator from a TaskSpec and its loaders from a seed.
 
     Also usable without a Trainer: ``dm.train_dataloader()`` works in a plain loop (setup runs on demand),
@@ -57,23 +56,20 @@ class UniversalDataModule(lightning.LightningDataModule):
         drop_last: Drop the last incomplete training batch (evaluation loaders never shuffle or drop).
         uneven: ``pad`` (repeat a few rows) or ``drop`` (leave a few out) so every rank gets the same number of
             training batches; evaluation always reads every row exactly once.
-        collate_fn: Use this collate function instead of the registry's choice.
-        collator_name: Ask the registry for this collator by name.
-        collator_kwargs: Extra keyword arguments for the collator factory.
+        collate_fn, collator_name, collator_kwargs: A collate function instead of the registry's choice; or the
+            registry's collator of this name; extra keyword arguments for the collator factory.
         batching: 'plain', 'grouped' (rows of similar length share a batch), 'token_budget' (at most
             ``max_tokens`` padded tokens per batch) or 'packed' (whole documents concatenated into one ``[1, T]``
             sequence of at most ``max_tokens``, no padding); None reads ``spec.preprocessing_config['batching']``.
         max_tokens: Token budget per batch for 'token_budget' and 'packed' (else the spec's 'max_tokens').
         device_normalize: Vision: keep images uint8 in the loader, normalize on the device (on_after_batch_transfer).
         validate: At setup, check the first training batch against the spec; the report is ``dm.validation_report``.
-        on_error: A row whose read, decode or transform raises: 'raise' (name it in an error), 'skip' (leave it out of
-            its batch and record it in ``dm.skipped``) or 'warn' (the same, warning once per row).
-        max_skipped: With 'skip' or 'warn', the most rows one pass over a split may leave out: a count, or a fraction
-            of the split's rows (per rank); more raises. None: no cap.
-        train_transform, eval_transform: Callables applied to each row where it is read (workers included), after
-            any cache: ``train_transform`` to training rows, seeded by (seed, epoch, index) so augmentation is new
-            every epoch; ``eval_transform`` to val/test/predict rows (also when cut by ``val_split``), seeded
-            without the epoch. See docs/transforms.md.
+        on_error, max_skipped: A row whose read, decode or transform raises: 'raise' names it in an error, 'skip'
+            leaves it out of its batch and records it in ``dm.skipped``, 'warn' also warns once per row.
+            ``max_skipped`` caps the rows one pass over a split may leave out (a count, or a fraction per rank).
+        train_transform, eval_transform: Per-row callables applied where rows are read (workers too), after any
+            cache: training rows seeded by (seed, epoch, index), so augmentation is new every epoch; val/test/predict
+            rows (also those cut by ``val_split``) seeded without the epoch. See docs/transforms.md.
         multi_config: Several named datasets only: how their batches interleave (a MultiDataLoaderConfig).
         long_rows: Rows longer than the collator's ``max_length``: 'truncate' (keep the start), 'split' (windows
             overlapping by ``stride`` tokens) or 'drop'; counted in ``dm.long_rows_report``. None reads the spec's
@@ -100,9 +96,8 @@ class UniversalDataModule(lightning.LightningDataModule):
         collate_fn: Callable[..., Any] | None = None, collator_name: str | None = None,
         collator_kwargs: dict[str, Any] | None = None, batching: str | None = None, max_tokens: int | None = None,
         device_normalize: bool = False, validate: bool = False, multi_config: MultiDataLoaderConfig | None = None,
-        on_error: str = "raise", max_skipped: int | float | None = None,
+        on_error: str = "raise", max_skipped: int | float | None = None, num_threads: int = 0,
         train_transform: Callable[..., Any] | None = None, eval_transform: Callable[..., Any] | None = None,
-        num_threads: int = 0,
         long_rows: str | None = None, stride: int | None = None, cache_dir: str | None = None,
         num_proc: int | None = None,
     ) -> None:
@@ -119,8 +114,7 @@ class UniversalDataModule(lightning.LightningDataModule):
             train_data, val_data=val_data, test_data=test_data, predict_data=predict_data, task_spec=task_spec,
             tokenizer=tokenizer, val_split=val_split, test_split=test_split, shuffle=shuffle, seed=seed, uneven=uneven,
             multi_config=multi_config)
-        check_on_error(on_error, max_skipped, is_stream=self._stream is not None)
-        self.skipped = SkipReport(on_error, max_skipped)  # the rows left out by on_error='skip' or 'warn'
+        self.skipped = SkipReport.checked(on_error, max_skipped, is_stream=self._stream is not None)  # rows left out
         self.task_spec, self.tokenizer, self.seed = task_spec, tokenizer, seed
         self.val_split, self.test_split, self.uneven, self.validate = val_split, test_split, uneven, validate
         self.rank, self.world_size = 0, 1
@@ -131,29 +125,21 @@ class UniversalDataModule(lightning.LightningDataModule):
         self.batching, self.max_tokens, self.batching_reason = resolve_batching(task_spec, batching, max_tokens,
                                                                                 self.train_config.shuffle)
         options.check_stream_batching(self._stream is not None, self.batching)
-        name = packed_collator_name(self.batching, collator_name, collate_fn)
-        self.collator, resolution = build_collator(
-            task_spec, tokenizer, collate_fn, name,
-            options.device_normalize_kwargs(device_normalize, collate_fn, task_spec, collator_kwargs),
-        )
-        self.collator_resolution = with_packed_reason(resolution, name != collator_name, self.batching_reason)
-        options.check_pad_id(self.collator, tokenizer)
+        self.collator, self.collator_resolution = module_collator(
+            task_spec, tokenizer, collate_fn, collator_name, collator_kwargs, device_normalize=device_normalize,
+            batching=self.batching, batching_reason=self.batching_reason)
         self.long_rows = LongRows.resolve(long_rows, stride, task_spec, getattr(self.collator, "max_length", None))
         check_sources(self._given, self._stream, self.long_rows)
         self.token_cache = TokenCache.resolve(cache_dir, num_proc)
         self.train_config.collate_fn = self.eval_config.collate_fn = self.collator
         self.transforms = split_transforms(train_transform, eval_transform, seed=seed, stream=self._stream is not None)
-        for role, transform in self.transforms.items():  # spawned workers receive the transforms with the data
-            check_can_send(transform.argument, transform.transform, self.eval_config if role != "train" else
-                           self.train_config)
+        check_transforms_can_start(self.transforms, train=self.train_config, evaluation=self.eval_config)
         self.device_normalize = DeviceNormalize.from_collator(self.collator)  # also for collator_kwargs keep_uint8
         self.split_plan: SplitPlan | None = None
         self.datasets: dict[str, MapSource] = {}
         self.truncation: dict[str, int] | None = None  # rows and tokens that max_length cuts, after setup
         self.long_rows_report: dict[str, dict[str, Any]] = {}  # per split: what long_rows did, after setup
-        self._factory = DataLoaderFactory()
-        self._position = TrainPosition()
-        self._fingerprint: str | None = None
+        self._factory, self._position, self._fingerprint = DataLoaderFactory(), TrainPosition(), None
 
     def prepare_data(self) -> None:
         """Tokenize raw text into the on-disk cache; Lightning runs this once per machine (local rank 0)."""
@@ -232,46 +218,6 @@ class UniversalDataModule(lightning.LightningDataModule):
             return []
         return self.skipped.attach(self._factory.eval_dataloader(self.datasets[role], self.eval_config, role=role,
                                                                  rank=self.rank, num_replicas=self.world_size))
-
-    @classmethod
-    def load_from_checkpoint(cls, checkpoint_path: Any, map_location: Any = None, **data: Any) -> Any:
-        """A module configured as the one in a Lightning checkpoint; pass the data (and tokenizer) again, e.g.
-        ``UniversalDataModule.load_from_checkpoint(path, train_data=rows, tokenizer=tok)``."""
-        checkpoint = torch.load(checkpoint_path, map_location=map_location or "cpu", weights_only=True)
-        return cls(**options.restore_configuration(checkpoint["datamodule_hyper_parameters"], data))
-
-    @defer_to_named
-    def identity(self) -> dict[str, Any]:
-        """What a saved state must match to be loaded here: version, seed, fingerprints, ranks and workers."""
-        self.setup()
-        config, batching = self.train_config, {"batching": self.batching, "max_tokens": self.max_tokens}
-        return module_identity(seed=self.seed, data_fingerprint=self._fingerprint, split_plan=self.split_plan,
-                               world_size=self.world_size, config=config, uneven=self.uneven, **batching)
-
-    @defer_to_named
-    def state_dict(self) -> dict[str, Any]:
-        """The identity (seed, fingerprints, options) and the train loader's position; microseconds to save."""
-        skipped = {} if self.skipped.on_error == "raise" else {SKIPPED_ROWS: self.skipped.state()}
-        return {**self.identity(), **self._position.save(), **skipped}
-
-    @defer_to_named
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Continue from ``state_dict``: the next training batch is the one after the last saved one.
-
-        Refuses a malformed state, or one from other data, seed, splits, ranks or batching options. A train loader
-        already handed out is replaced; iterators still running over it raise rather than yield stale rows."""
-        check_structure(state_dict)
-        # not state_dict(): that would query the loader too. Map-style data resume on other ranks and workers.
-        check_compatible(state_dict, self.identity(), elastic=self._stream is None)
-        if self._stream is not None and state_dict.get("train_loader"):
-            check_resumable(self._stream)
-        if SKIPPED_ROWS in state_dict:
-            self.skipped.load_state(state_dict[SKIPPED_ROWS])
-        self._position.load(state_dict, retired_because=(
-            "UniversalDataModule.load_state_dict() replaced this train loader; call dm.train_dataloader() "
-            "again and iterate the new loader to continue from the loaded state"))
-        if "train" in self.datasets:
-            self.train_dataloader()  # hands the loader its state now, so a bad position is refused here
 
     @defer_to_named
     def __repr__(self) -> str:

@@ -14,9 +14,9 @@ from typing import Any
 from torch.utils.data import Sampler
 
 from engine._checks import check_int
-from engine.epochs import set_epoch as set_loader_epoch
 from engine.rng import batch_seed
 from engine.sampling import elastic
+from engine.sampling.epochs import set_epoch as set_loader_epoch
 
 
 class BatchIndices(list):

@@ -150,6 +150,12 @@ class SkipReport:
         self.counts: dict[str, int] = {}
         self._warned: set[tuple[str, int]] = set()
 
+    @classmethod
+    def checked(cls, on_error: Any, max_skipped: Any, *, is_stream: bool) -> SkipReport:
+        """A module's report, after :func:`check_on_error` refused arguments that cannot work."""
+        check_on_error(on_error, max_skipped, is_stream=is_stream)
+        return cls(on_error, max_skipped)
+
     @property
     def count(self) -> int:
         """Rows left out of batches so far, in every split (including those before a resume)."""

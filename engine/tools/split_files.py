@@ -15,8 +15,8 @@ import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from engine.config import DataLoaderConfig
-from engine.epochs import set_epoch
 from engine.factory import DataLoaderFactory
+from engine.sampling.epochs import set_epoch
 from engine.sources.adapt import as_source
 
 SUFFIX = "_idx.pt"

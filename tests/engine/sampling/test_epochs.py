@@ -5,7 +5,7 @@ import torch
 from torch.utils.data import ConcatDataset, DataLoader, Dataset, DistributedSampler
 
 from engine import DataLoaderConfig, DataLoaderFactory
-from engine.epochs import set_epoch
+from engine.sampling.epochs import set_epoch
 
 
 class Curriculum(Dataset):

@@ -1,0 +1,59 @@
+"""What a ``UniversalDataModule`` puts into a checkpoint and takes back: its identity, its training position and
+its configuration. The state's schema, its version and its checks live in :mod:`engine.state`; this is the
+module's side of Lightning's ``state_dict`` / ``load_state_dict`` / ``load_from_checkpoint`` protocol."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from engine import options
+from engine.multi.module import defer_to_named
+from engine.sources.streams import check_resumable
+from engine.state import SKIPPED_ROWS, check_compatible, check_structure, module_identity
+
+
+class CheckpointedModule:
+    """Mixin of :class:`engine.module.UniversalDataModule`: saving and resuming its training position."""
+
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path: Any, map_location: Any = None, **data: Any) -> Any:
+        """A module configured as the one in a Lightning checkpoint; pass the data (and tokenizer) again, e.g.
+        ``UniversalDataModule.load_from_checkpoint(path, train_data=rows, tokenizer=tok)``."""
+        checkpoint = torch.load(checkpoint_path, map_location=map_location or "cpu", weights_only=True)
+        return cls(**options.restore_configuration(checkpoint["datamodule_hyper_parameters"], data))
+
+    @defer_to_named
+    def identity(self) -> dict[str, Any]:
+        """What a saved state must match to be loaded here: version, seed, fingerprints, ranks and workers."""
+        self.setup()
+        config, batching = self.train_config, {"batching": self.batching, "max_tokens": self.max_tokens}
+        return module_identity(seed=self.seed, data_fingerprint=self._fingerprint, split_plan=self.split_plan,
+                               world_size=self.world_size, config=config, uneven=self.uneven, **batching)
+
+    @defer_to_named
+    def state_dict(self) -> dict[str, Any]:
+        """The identity (seed, fingerprints, options) and the train loader's position; microseconds to save."""
+        skipped = {} if self.skipped.on_error == "raise" else {SKIPPED_ROWS: self.skipped.state()}
+        return {**self.identity(), **self._position.save(), **skipped}
+
+    @defer_to_named
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Continue from ``state_dict``: the next training batch is the one after the last saved one.
+
+        Refuses a malformed state, or one from other data, seed, splits or batching options; map-style data may
+        resume on another number of ranks or workers (elastic, with the same global batch). A train loader already
+        handed out is replaced; iterators still running over it raise rather than yield stale rows."""
+        check_structure(state_dict)
+        # not state_dict(): that would query the loader too. Map-style data resume on other ranks and workers.
+        check_compatible(state_dict, self.identity(), elastic=self._stream is None)
+        if self._stream is not None and state_dict.get("train_loader"):
+            check_resumable(self._stream)
+        if SKIPPED_ROWS in state_dict:
+            self.skipped.load_state(state_dict[SKIPPED_ROWS])
+        self._position.load(state_dict, retired_because=(
+            "UniversalDataModule.load_state_dict() replaced this train loader; call dm.train_dataloader() "
+            "again and iterate the new loader to continue from the loaded state"))
+        if "train" in self.datasets:
+            self.train_dataloader()  # hands the loader its state now, so a bad position is refused here
