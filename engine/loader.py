@@ -18,18 +18,10 @@ from engine.sources.bad_rows import SkipReport, WithSkippedRows
 from engine.state import ITERATOR_FINISHED, sampler_state_of, saved_num_workers
 
 
-class ResumableLoader(StatefulDataLoader):
-    """A ``StatefulDataLoader`` whose position survives its iterator being dropped.
+class KeepsDroppedPass:
+    """``_iterator`` as a property, so a loader sees Lightning drop its pass (``loader._iterator = None`` at the
+    end of ``fit``) and keeps the position in :meth:`_dropped`; the skipped-rows record of its loads."""
 
-    Lightning ends ``fit`` by shutting the workers down and setting ``loader._iterator = None``. torchdata would
-    then answer ``state_dict()`` by starting a new iterator, whose state is a new pass (with workers, one whose
-    sampler already ran ahead to fill the prefetch queue), so a checkpoint taken after ``Trainer.fit(max_steps=...)``
-    would lose the position. The dropped iterator's state is kept instead: ``state_dict()`` reports it, and the
-    next iteration continues that pass. Replacing the iterator by iterating again is not dropping it: an
-    abandoned pass of a plain loop still counts as an epoch.
-    """
-
-    _parked: dict[str, Any] | None = None
     skipped: SkipReport | None = None
     """Where the rows its source leaves out are recorded (the module's ``dm.skipped``; one of its own if unset)."""
 
@@ -41,8 +33,28 @@ class ResumableLoader(StatefulDataLoader):
     def _iterator(self, iterator: Any) -> None:
         current = self.__dict__.get("_live_iterator")
         if iterator is None and current is not None:
-            self._parked = current.state_dict()
+            self._dropped(current)
         self.__dict__["_live_iterator"] = iterator
+
+    def _dropped(self, iterator: Any) -> None:
+        raise NotImplementedError
+
+
+class ResumableLoader(KeepsDroppedPass, StatefulDataLoader):
+    """A ``StatefulDataLoader`` whose position survives its iterator being dropped.
+
+    Lightning ends ``fit`` by shutting the workers down and setting ``loader._iterator = None``. torchdata would
+    then answer ``state_dict()`` by starting a new iterator, whose state is a new pass (with workers, one whose
+    sampler already ran ahead to fill the prefetch queue), so a checkpoint taken after ``Trainer.fit(max_steps=...)``
+    would lose the position. The dropped iterator's state is kept instead: ``state_dict()`` reports it, and the
+    next iteration continues that pass. Replacing the iterator by iterating again is not dropping it: an
+    abandoned pass of a plain loop still counts as an epoch.
+    """
+
+    _parked: dict[str, Any] | None = None
+
+    def _dropped(self, iterator: Any) -> None:
+        self._parked = iterator.state_dict()
 
     def __iter__(self) -> Any:
         parked, self._parked = self._parked, None

@@ -21,9 +21,8 @@ from typing import Any
 from torch.utils.data import DataLoader
 from torchdata import nodes
 
-from engine.loader import checked
+from engine.loader import KeepsDroppedPass, checked
 from engine.sampling.base import EpochBatchSampler
-from engine.sources.bad_rows import SkipReport
 from engine.state import ITERATOR_FINISHED, sampler_state_of
 
 
@@ -74,7 +73,7 @@ class _SampledBatches:
             current = following
 
 
-class ThreadLoader(DataLoader):
+class ThreadLoader(KeepsDroppedPass, DataLoader):
     """A ``DataLoader`` whose batches are prepared by ``num_threads`` background threads of this process.
 
     Iterating, ``len``, ``batch_sampler`` (Lightning's ``set_epoch`` reaches ``batch_sampler.sampler``),
@@ -92,9 +91,6 @@ class ThreadLoader(DataLoader):
         ('ThreadLoader', [4, 4, 2])
     """
 
-    skipped: SkipReport | None = None
-    """Where the rows its source leaves out are recorded (the module's ``dm.skipped``; one of its own if unset)."""
-
     def __init__(self, dataset: Any, *, batch_sampler: EpochBatchSampler, collate_fn: Any, num_threads: int,
                  prefetch_factor: int, pin_memory: bool) -> None:
         super().__init__(dataset, batch_sampler=batch_sampler, collate_fn=collate_fn, num_workers=0,
@@ -105,19 +101,10 @@ class ThreadLoader(DataLoader):
         self._pending: dict[str, Any] | None = None  # a loaded or parked state, applied at the next iter()
         self._delivered = loader_state(batch_sampler.state_dict(), 0, False)
 
-    # Lightning drops an iterator by setting ``_iterator = None`` (end of fit): its position is kept.
-    @property
-    def _iterator(self) -> Any:
-        return self.__dict__.get("_live_iterator")
-
-    @_iterator.setter
-    def _iterator(self, iterator: Any) -> None:
-        current = self.__dict__.get("_live_iterator")
-        self.__dict__["_live_iterator"] = iterator
-        if iterator is None and current is not None:
-            current.close()
-            if not self._delivered[ITERATOR_FINISHED] and self._pending is None:
-                self._pending = self._delivered  # continue the dropped pass
+    def _dropped(self, iterator: Any) -> None:
+        iterator.close()
+        if not self._delivered[ITERATOR_FINISHED] and self._pending is None:
+            self._pending = self._delivered  # continue the dropped pass
 
     def __iter__(self) -> _ThreadPass:
         current = self._iterator

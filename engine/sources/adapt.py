@@ -25,7 +25,28 @@ except ImportError:  # pragma: no cover
     hf_datasets = None
 
 
-class HFSource(MapSource):
+class ColumnarSource(MapSource):
+    """A source that can hand a batch over as columns: ``__getitems__`` answers a :class:`ColumnBatch`, whose
+    columns collators that read them (``TextCollator``) pad straight from the flat buffers, while any other collate
+    function gets the rows (:meth:`fetch_rows`). A split with a per-row transform takes the row path (a transform
+    needs rows), and so does a source whose :meth:`columnar` says no."""
+
+    def columnar(self) -> bool:
+        raise NotImplementedError
+
+    def __getitems__(self, indices: Sequence[int]) -> RowBatch | ColumnBatch:
+        if not self.columnar() or self.transform is not None:
+            return super().__getitems__(indices)
+        batch = ColumnBatch(self, list(indices))
+        batch.rng_seed = getattr(indices, "rng_seed", None)
+        return batch
+
+    def fetch_rows(self, positions: list[int]) -> RowBatch:
+        """The rows at ``positions``, as the row path gives them, in one fetch."""
+        return RowBatch(self._fetch(positions))
+
+
+class HFSource(ColumnarSource):
     """A Hugging Face ``datasets.Dataset``: batches fetched column-wise from Arrow, splits via ``select`` (no copy).
 
     ``__getitems__`` answers with a :class:`ColumnBatch`: collators that read columns (``TextCollator``) pad
@@ -42,16 +63,8 @@ class HFSource(MapSource):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def __getitems__(self, indices: Sequence[int]) -> RowBatch | ColumnBatch:
-        if not self._columnar or self.transform is not None:  # a transform needs rows: the row path
-            return super().__getitems__(indices)
-        batch = ColumnBatch(self, list(indices))
-        batch.rng_seed = getattr(indices, "rng_seed", None)
-        return batch
-
-    def fetch_rows(self, positions: list[int]) -> RowBatch:
-        """The rows at ``positions`` as dicts (the row path), in one ``datasets`` fetch."""
-        return RowBatch(self._fetch(positions))
+    def columnar(self) -> bool:
+        return self._columnar
 
     def _fetch(self, positions: list[int]) -> list[dict[str, Any]]:
         columns = self.dataset[positions]
@@ -102,7 +115,7 @@ class TorchSource(MapSource):
         return TorchSource(self.dataset, base)
 
 
-class TensorListSource(MapSource):
+class TensorListSource(ColumnarSource):
     """A list of tensors held as one flat buffer plus offsets: no per-row Python objects for workers to copy.
 
     Rows come back as views into the buffer (bare tensors, or ``{key: tensor}`` when ``key`` is set).
@@ -132,19 +145,12 @@ class TensorListSource(MapSource):
     def __len__(self) -> int:
         return len(self.positions) if self.positions is not None else len(self.shapes)
 
-    def __getitems__(self, indices: Sequence[int]) -> RowBatch | ColumnBatch:
-        """1-D integer rows (token ids) come as a :class:`ColumnBatch`: the text collator pads them straight from
-        the buffer (the same result as from the rows); other rows, and other collators, see the row views."""
-        if self.buffer.dtype.is_floating_point or self.buffer.dtype in (torch.bool, torch.complex64, torch.complex128) \
-                or self.shapes.shape[1] != 1 or self.transform is not None:  # a transform needs rows: the row path
-            return super().__getitems__(indices)
-        batch = ColumnBatch(self, list(indices))
-        batch.rng_seed = getattr(indices, "rng_seed", None)
-        return batch
-
-    def fetch_rows(self, positions: list[int]) -> RowBatch:
-        """The rows at ``positions`` (views into the buffer), as the row path gives them."""
-        return RowBatch(self._fetch(positions))
+    def columnar(self) -> bool:
+        """1-D integer rows (token ids): the text collator pads them straight from the buffer (the same result as
+        from the rows); other rows keep the row path."""
+        return not (self.buffer.dtype.is_floating_point or self.buffer.dtype in (torch.bool, torch.complex64,
+                                                                               torch.complex128)
+                    or self.shapes.shape[1] != 1)
 
     def fetch_columns(self, positions: Sequence[int]) -> dict[str, Any]:
         """``{key: RaggedColumn}`` of the rows at ``positions`` (key ``input_ids`` for bare rows): one gather."""
