@@ -170,3 +170,12 @@ def describe_tokenizer(tokenizer: Any) -> str:
         return f"{type(tokenizer).__name__}(len={len(tokenizer)})"
     except TypeError:
         return type(tokenizer).__name__
+
+
+def resolve_masked_lm(mlm_probability: Any, mask_token_id: Any, special_token_ids: Any, tokenizer: Any,
+                      spec: TaskSpec | None, *extra_special: int | None) -> tuple[float, int, Any]:
+    """``(mlm_probability, mask_token_id, special_token_ids)`` of a masked-LM collator: arguments, else the
+    tokenizer's, else the spec's; ``extra_special`` ids (the pad id) are never masked either."""
+    probability = resolve_probability("mlm_probability", mlm_probability, spec, 0.15)
+    mask_id = resolve_token_id("mask_token_id", mask_token_id, tokenizer, spec, "to mask tokens for masked_lm")
+    return probability, mask_id, resolve_special_ids(special_token_ids, tokenizer, spec, *extra_special, mask_id)

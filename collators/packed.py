@@ -99,10 +99,8 @@ class PackedCollator:
         self.vocab_size, self.vocab_source = opts.resolve_vocab_size(
             vocab_size, tokenizer, spec, required=self.task_type == "masked_lm")
         if self.task_type == "masked_lm":
-            self.mlm_probability = opts.resolve_probability("mlm_probability", mlm_probability, spec, 0.15)
-            why = "to mask tokens for masked_lm"
-            self.mask_token_id = opts.resolve_token_id("mask_token_id", mask_token_id, tokenizer, spec, why)
-            self.special_token_ids = opts.resolve_special_ids(special_token_ids, tokenizer, spec, self.mask_token_id)
+            self.mlm_probability, self.mask_token_id, self.special_token_ids = opts.resolve_masked_lm(
+                mlm_probability, mask_token_id, special_token_ids, tokenizer, spec)
 
     def __call__(self, rows: Sequence[Any], generator: torch.Generator | None = None) -> dict[str, Any]:
         """Pack ``rows`` (dicts with ``input_ids``, or bare id sequences) into one sequence; ``generator`` drives

@@ -136,11 +136,8 @@ class TextCollator:
         self.vocab_size, self.vocab_source = opts.resolve_vocab_size(
             vocab_size, tokenizer, spec, required=self.task_type == "masked_lm")
         if self.task_type == "masked_lm":
-            self.mlm_probability = opts.resolve_probability("mlm_probability", mlm_probability, spec, 0.15)
-            why = "to mask tokens for masked_lm"
-            self.mask_token_id = opts.resolve_token_id("mask_token_id", mask_token_id, tokenizer, spec, why)
-            self.special_token_ids = opts.resolve_special_ids(
-                special_token_ids, tokenizer, spec, self.pad_token_id, self.mask_token_id)
+            self.mlm_probability, self.mask_token_id, self.special_token_ids = opts.resolve_masked_lm(
+                mlm_probability, mask_token_id, special_token_ids, tokenizer, spec, self.pad_token_id)
 
     def __call__(self, rows: Sequence[Any], generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
         """Collate ``rows`` into a dict of tensors; ``generator`` drives masked-LM randomness (else the own one).
