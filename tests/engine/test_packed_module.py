@@ -2,7 +2,6 @@
 workers, resume is exact mid-epoch and after a finished epoch, masked LM and the value checks work on packed
 batches, and an Arrow-backed dataset gives what DataCollatorWithFlattening gives on the same rows."""
 
-import hashlib
 import logging
 import pickle
 import warnings
@@ -16,6 +15,7 @@ from transformers import DataCollatorWithFlattening
 from collators import PackedCollator
 from engine import UniversalDataModule
 from task_spec import TaskSpec
+from tests.engine.test_resume import fingerprint, run
 
 VOCAB = 600
 LM = TaskSpec.lm_tiny().replace(special_tokens={"pad_token_id": 0, "eos_token_id": 1},
@@ -36,27 +36,9 @@ def module(workers=0, spec=LM, data=None, **kwargs):
     return UniversalDataModule(data if data is not None else rows(), **options)
 
 
-def fingerprint(batch):
-    digest = hashlib.blake2b(digest_size=8)
-    for key in sorted(batch):
-        value = batch[key]
-        digest.update(key.encode() + (value.numpy().tobytes() if torch.is_tensor(value) else repr(value).encode()))
-    return digest.hexdigest()
-
-
 def epochs(dm, count):
     loader = dm.train_dataloader()
     return [[fingerprint(batch) for batch in loader] for _ in range(count)]
-
-
-def run(dm, steps):
-    seen, loader = [], dm.train_dataloader()
-    while len(seen) < steps:
-        for batch in loader:
-            seen.append(fingerprint(batch))
-            if len(seen) == steps:
-                break
-    return seen
 
 
 class TestChoice:

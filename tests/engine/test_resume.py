@@ -20,10 +20,12 @@ def rows(count=45, seed=0):
 
 
 def fingerprint(batch):
-    """A hash of every tensor of a batch: inputs, masks and the MLM labels (so masks must match too)."""
+    """A hash of every tensor of a batch: inputs, masks and the MLM labels (so masks must match too); other values
+    (a packed batch's ``max_length_q``) by their repr."""
     digest = hashlib.blake2b(digest_size=8)
     for key in sorted(batch):
-        digest.update(key.encode() + batch[key].numpy().tobytes())
+        value = batch[key]
+        digest.update(key.encode() + (value.numpy().tobytes() if torch.is_tensor(value) else repr(value).encode()))
     return digest.hexdigest()
 
 
