@@ -170,7 +170,7 @@ class TensorListSource(ColumnarSource):
 
     def _row(self, index: int) -> torch.Tensor:
         start, end = int(self.offsets[index]), int(self.offsets[index + 1])
-        return self.buffer[start:end].view(*self.shapes[index].tolist())
+        return self.buffer[start:end].view(self.shapes[index].tolist())  # a list: 0-d rows too
 
     def _fetch(self, positions: list[int]) -> list[Any]:
         if self.positions is not None:

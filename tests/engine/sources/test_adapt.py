@@ -4,6 +4,7 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
+from engine import DataLoaderConfig, DataLoaderFactory
 from engine.sampling.base import BatchIndices
 from engine.sources.adapt import HFSource, RowBatch, TensorListSource, TorchSource, as_source
 from engine.sources.kinds import unpack_dataset_dict
@@ -26,6 +27,12 @@ class TestTensorListSource:
     def test_multi_dimensional_rows_keep_their_shapes(self):
         source = TensorListSource([torch.ones(2, 3), torch.zeros(4, 1)], key="x")
         assert source[0]["x"].shape == (2, 3) and source[1]["x"].shape == (4, 1)
+
+    def test_scalar_rows_come_back_as_0_d_tensors_and_batch(self):
+        source = TensorListSource(list(torch.arange(5.0)))  # list(tensor) gives 0-d rows
+        assert source[2].shape == () and float(source[2]) == 2.0
+        loader = DataLoaderFactory().create_dataloader(list(torch.arange(5.0)), DataLoaderConfig(batch_size=2))
+        assert [batch.tolist() for batch in loader] == [[0.0, 1.0], [2.0, 3.0], [4.0]]
 
     def test_view_shares_the_buffer_and_maps_positions(self):
         source = TensorListSource([torch.tensor([i]) for i in range(10)])
