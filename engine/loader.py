@@ -61,7 +61,13 @@ class ResumableLoader(KeepsDroppedPass, StatefulDataLoader):
         if self._iterator is None and parked is not None and self.next_iter_state is None \
                 and not parked.get("_iterator_finished"):
             self.next_iter_state = parked  # continue the dropped pass (a finished one: the next epoch follows)
-        return checked(super().__iter__(), self)
+        try:
+            batches = super().__iter__()
+        except RuntimeError as error:  # a worker died while the pass started its workers (torch's SIGCHLD handler)
+            if not str(error).startswith("DataLoader worker"):
+                raise
+            raise RuntimeError(worker_death(getattr(self.dataset, "role", "data"), [], error)) from error
+        return checked(batches, self)
 
     def state_dict(self) -> dict[str, Any]:
         if self._iterator is None and self._parked is not None and self.next_iter_state is None:
@@ -133,18 +139,20 @@ class CheckedBatches:
         return self
 
     def __next__(self) -> Any:
+        # torch reports a dead worker from its SIGCHLD handler, which raises wherever the main thread is: the whole
+        # step is inside the try, not only the wait for the next batch.
         try:
             batch = next(self._batches)
+            if type(batch) is WithSkippedRows:
+                self._report.add(batch.skipped)
+                self._in_pass.extend(batch.skipped)
+                self._report.check_cap(self._split, len(self._in_pass), self._rows_in_pass, self._in_pass)
+                batch = batch.batch
+            return batch
         except RuntimeError as error:
             if not str(error).startswith("DataLoader worker"):
                 raise
             raise RuntimeError(worker_death(self._split, getattr(self._batches, "_workers", []), error)) from error
-        if type(batch) is WithSkippedRows:
-            self._report.add(batch.skipped)
-            self._in_pass.extend(batch.skipped)
-            self._report.check_cap(self._split, len(self._in_pass), self._rows_in_pass, self._in_pass)
-            batch = batch.batch
-        return batch
 
     def __len__(self) -> int:
         return len(self._batches)
@@ -165,8 +173,8 @@ def worker_death(split: str, workers: list[Any], error: Exception) -> str:
             dead.append(f"worker {number} (pid {worker.pid}) was killed by {name}")
         elif code:
             dead.append(f"worker {number} (pid {worker.pid}) exited with code {code}")
-    what = "; ".join(dead) or str(error)
-    return (f"a worker process of the {split} loader died: {what} ({error}). A worker killed by SIGKILL is most "
+    what = f": {'; '.join(dead)} ({error})" if dead else f" ({error})"
+    return (f"a worker process of the {split} loader died{what}. A worker killed by SIGKILL is most "
             f"often stopped by the out-of-memory killer: lower num_workers, prefetch_factor or batch_size. A row "
             f"that crashes its process (a decoder's segfault) cannot be left out by on_error; find it with "
             f"num_workers=0")

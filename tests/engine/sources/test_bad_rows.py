@@ -3,6 +3,7 @@
 the one a run over clean data gives, with 0 and 2 workers and across an exact resume; the cap turns a systematic
 failure into an error; 'raise' stays the default."""
 
+import contextlib
 import hashlib
 import os
 import pickle
@@ -221,35 +222,61 @@ def test_a_stream_cannot_skip_rows():
 
 
 
-class KilledAtRowNine(torch.utils.data.Dataset):
-    """A row whose read kills its worker process (SIGKILL, as the out-of-memory killer does)."""
+class KilledAtRow21(torch.utils.data.Dataset):
+    """A row whose read kills its worker process (SIGKILL, as the out-of-memory killer does). Row 21 is read after
+    the first batches were taken, so the death is seen while the loop waits for a batch, as in a long epoch."""
 
     def __len__(self):
         return 24
 
     def __getitem__(self, index):
-        if index == 9 and torch.utils.data.get_worker_info() is not None:
+        if index == 21 and torch.utils.data.get_worker_info() is not None:
             os.kill(os.getpid(), signal.SIGKILL)
         return {"input_ids": torch.arange(1, 4) + index}
 
 
-def test_a_killed_worker_raises_an_error_naming_it_and_the_split_and_never_hangs():
+@contextlib.contextmanager
+def no_hang(seconds=60):
+    """A hang fails the test with TimeoutError instead of blocking the suite."""
     def hung(signum, frame):
         raise TimeoutError("the loader hung after its worker was killed")
 
-    # on_error='skip' cannot leave out a row that kills its process: the death is an error, not a skip
-    dm = module(KilledAtRowNine(), val_split=0, shuffle=False, num_workers=2, on_error="skip")
     previous = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(60)  # a hang fails the test with TimeoutError instead of blocking the suite
+    signal.alarm(seconds)
     try:
-        with pytest.raises(RuntimeError, match=r"a worker process of the train loader died: worker [01] \(pid \d+\) "
-                                               r"was killed by SIGKILL \(DataLoader worker .*\)\. A worker killed by "
-                                               r"SIGKILL is most often stopped by the out-of-memory killer"):
-            for _ in dm.train_dataloader():
-                pass
+        yield
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_killed_worker_raises_an_error_naming_it_and_the_split_and_never_hangs():
+    # on_error='skip' cannot leave out a row that kills its process: the death is an error, not a skip
+    dm = module(KilledAtRow21(), val_split=0, shuffle=False, num_workers=2, on_error="skip")
+    expected = (r"a worker process of the train loader died: worker [01] \(pid \d+\) was killed by SIGKILL "
+                r"\(DataLoader worker .*\)\. A worker killed by SIGKILL is most often stopped by the out-of-memory "
+                r"killer")
+    with no_hang(), pytest.raises(RuntimeError, match=expected):
+        for _ in dm.train_dataloader():
+            pass
+
+
+class KilledAtRowOne(KilledAtRow21):
+    """Row 1 is read by the first prefetch, while the pass is still starting its workers."""
+
+    def __getitem__(self, index):
+        if index == 1 and torch.utils.data.get_worker_info() is not None:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return {"input_ids": torch.arange(1, 4) + index}
+
+
+def test_a_worker_killed_while_the_pass_starts_is_named_too():
+    # torch's SIGCHLD handler raises wherever the main thread is: starting the workers, or waiting for a batch
+    dm = module(KilledAtRowOne(), val_split=0, shuffle=False, num_workers=2)
+    expected = r"a worker process of the train loader died.* killed by .* A worker killed by SIGKILL is most often"
+    with no_hang(), pytest.raises(RuntimeError, match=expected):
+        for _ in dm.train_dataloader():
+            pass
 
 
 class Pinnable:
