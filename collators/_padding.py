@@ -70,24 +70,46 @@ class PaddingLayout:
                 [3, 4, 5]])
     """
 
-    def __init__(self, lengths: torch.Tensor, *, length: int, padding_side: str = "right") -> None:
+    def __init__(self, lengths: torch.Tensor | np.ndarray, *, length: int, padding_side: str = "right") -> None:
         check_padding_side(padding_side)
         self.length = int(length)
         self.padding_side = padding_side
-        self.lengths = lengths.clamp(max=self.length)
+        given = lengths.numpy() if isinstance(lengths, torch.Tensor) else np.asarray(lengths)
+        self._given = given.astype(np.int64, copy=False)
+        kept = np.minimum(self._given, self.length)
+        self.lengths = torch.from_numpy(kept)
         """Kept length of each row."""
-        positions = torch.arange(self.length).unsqueeze(0)
-        if padding_side == "right":
-            self.mask = positions < self.lengths.unsqueeze(1)
-        else:
-            self.mask = positions >= (self.length - self.lengths).unsqueeze(1)
+        self._positions = np.arange(self.length, dtype=np.int64)
+        # Where each row's first kept element lands: 0 for right padding (None), after the padding for left.
+        self._shift = None if padding_side == "right" else self.length - kept
+        mask = self._positions < kept[:, None] if self._shift is None else self._positions >= self._shift[:, None]
+        self.mask = torch.from_numpy(mask)
         """Boolean ``[batch, length]``: True at real (kept) elements, False at padding."""
-        self._flat_keep: torch.Tensor | None = None
-        if len(lengths) and bool((lengths > self.length).any()):
-            # Position of every flat element inside its row; elements past ``length`` are dropped.
-            starts = torch.cumsum(lengths, 0) - lengths
-            within = torch.arange(int(lengths.sum())) - torch.repeat_interleave(starts, lengths)
-            self._flat_keep = within < self.length
+        self._padding: np.ndarray | None = None
+
+    @property
+    def padding(self) -> np.ndarray:
+        """Boolean numpy ``[batch, length]``: True at padding (the negation of :attr:`mask`, computed once)."""
+        if self._padding is None:
+            self._padding = ~self.mask.numpy()
+        return self._padding
+
+    def repad(self, source: torch.Tensor, pad_value: float | int, *, out: torch.Tensor) -> torch.Tensor:
+        """``out`` = ``source`` (a tensor of this layout) with every padded position set to ``pad_value``."""
+        if out.dtype not in _NUMPY_SAFE or source.dtype not in _NUMPY_SAFE:
+            return out.copy_(source).masked_fill_(~self.mask, pad_value)
+        target = out.numpy()
+        np.copyto(target, source.numpy(), casting="unsafe")
+        target[self.padding] = pad_value
+        return out
+
+    def _flat_keep(self) -> np.ndarray | None:
+        """Which elements of the concatenated untruncated rows are kept (None: all of them)."""
+        given = self._given
+        if not len(given) or int(given.max()) <= self.length:
+            return None
+        starts = np.cumsum(given) - given  # position of every flat element inside its row, then the cut
+        return (np.arange(int(given.sum()), dtype=np.int64) - np.repeat(starts, given)) < self.length
 
     def fill(self, flat: torch.Tensor | np.ndarray, pad_value: float | int, dtype: torch.dtype | None = None,
              *, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -102,8 +124,9 @@ class PaddingLayout:
             if isinstance(flat, np.ndarray):
                 dtype = dtype or torch.from_numpy(np.empty(0, dtype=flat.dtype)).dtype
             out = torch.full((len(self.lengths), self.length), pad_value, dtype=dtype or flat.dtype)
-        if self._flat_keep is not None:
-            flat = flat[self._flat_keep.numpy() if isinstance(flat, np.ndarray) else self._flat_keep]
+        keep = self._flat_keep()
+        if keep is not None:
+            flat = flat[keep if isinstance(flat, np.ndarray) else torch.from_numpy(keep)]
         if len(flat) == 0:
             return out
         if isinstance(flat, torch.Tensor) and not (flat.device.type == "cpu" and flat.dtype in _NUMPY_SAFE
@@ -114,6 +137,37 @@ class PaddingLayout:
         # numpy's boolean-mask assignment fills True positions in row-major order too, about twice as fast.
         out.numpy()[self.mask.numpy()] = flat.numpy() if isinstance(flat, torch.Tensor) else flat
         return out
+
+    def gather(self, values: np.ndarray, starts: np.ndarray, pad_value: float | int, dtype: torch.dtype | None = None,
+               *, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Write row ``i``'s kept elements, ``values[starts[i]:]`` (the row's length is this layout's), into a
+        padded tensor with one gather: the same result as :meth:`fill` on the rows' concatenation, without
+        concatenating them first, and without reading what truncation cuts.
+
+        ``values`` is a 1-D numpy array (read-only Arrow buffers are fine); ``out`` as for :meth:`fill`.
+        """
+        if out is None:
+            out = torch.empty((len(self._given), self.length), dtype=dtype or torch.from_numpy(values[:0]).dtype)
+        if not len(values) or out.dtype not in _NUMPY_SAFE:
+            return self.fill(values[:0] if not len(values) else values[span_index(starts, self._given)[0]],
+                             pad_value, dtype, out=out)
+        first = starts if self._shift is None else starts - self._shift  # where position 0 of each row reads
+        index = first[:, None] + self._positions
+        target = out.numpy()
+        if target.dtype == values.dtype:
+            np.take(values, index, mode="clip", out=target)  # reads outside a row are padded over below
+        else:
+            np.copyto(target, np.take(values, index, mode="clip"), casting="unsafe")
+        target[self.padding] = pad_value
+        return out
+
+
+def span_index(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The flat index of the spans ``[start, start + length)`` one after the other, and their offsets in it
+    (one entry more than spans): ``values[index]`` concatenates the spans, with no per-span Python."""
+    offsets = np.zeros(len(starts) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return np.arange(offsets[-1], dtype=np.int64) + np.repeat(starts - offsets[:-1], lengths), offsets
 
 
 def pad_sequences(

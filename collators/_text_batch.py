@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from collators._padding import span_index
 from collators._text_inputs import as_mapping_rows, column, flatten_ids
 
 
@@ -37,6 +38,39 @@ class RaggedColumn(NamedTuple):
         """The rows as Python lists (what the row path would have received)."""
         values, offsets = np.asarray(self.values), np.asarray(self.offsets).tolist()
         return [values[start:end].tolist() for start, end in zip(offsets[:-1], offsets[1:])]
+
+
+class SpanColumn(NamedTuple):
+    """A column of variable-length rows that are spans of one larger buffer: row ``i`` is
+    ``values[starts[i] : starts[i] + lengths[i]]``.
+
+    What a batch fetched from a flat token buffer or an Arrow column is before anything is copied: the collator
+    writes each row's kept tokens straight into the padded batch (one gather), so tokens cut by truncation are
+    never read. ``values``, ``starts`` and ``lengths`` are 1-D numpy arrays.
+
+    Example:
+        >>> SpanColumn(np.array([5, 6, 7, 8, 9]), np.array([3, 0]), np.array([2, 1])).rows()
+        [[8, 9], [5]]
+    """
+
+    values: Any
+    starts: Any
+    lengths: Any
+
+    def rows(self) -> list[list[Any]]:
+        """The rows as Python lists (what the row path would have received)."""
+        return [self.values[start:start + length].tolist()
+                for start, length in zip(self.starts.tolist(), self.lengths.tolist())]
+
+    def ragged(self) -> RaggedColumn:
+        """The rows copied into a new flat buffer + offsets (one fancy index, no per-row Python objects)."""
+        return gather_spans(self.values, self.starts, self.lengths)
+
+
+def gather_spans(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> RaggedColumn:
+    """The spans ``values[start : start + length]``, one per row, in a new flat buffer + offsets (one fancy index)."""
+    index, offsets = span_index(starts, lengths)
+    return RaggedColumn(values[index], offsets)
 
 
 class RowInputs:
@@ -61,6 +95,10 @@ class RowInputs:
         """Every row's ids under ``key`` concatenated (a new array), and each row's length (int64 tensor)."""
         return flatten_ids(self.values(key), key, allow_bool=allow_bool)
 
+    def spans(self, key: str, *, allow_bool: bool = False) -> None:
+        """Row dicts hold no spans of a shared buffer: always None (see :meth:`ColumnInputs.spans`)."""
+        return None
+
 
 def _is_arrow(value: Any) -> bool:
     return type(value).__module__.startswith("pyarrow")
@@ -69,11 +107,14 @@ def _is_arrow(value: Any) -> bool:
 def _column_length(key: str, value: Any) -> int:
     if isinstance(value, RaggedColumn):
         return len(value.offsets) - 1
+    if isinstance(value, SpanColumn):
+        return len(value.starts)
     if isinstance(value, (list, tuple, np.ndarray, torch.Tensor)) or _is_arrow(value):
         return len(value)
     raise TypeError(
         f"column {key!r} should be a list of per-row values, a numpy array or tensor (first dimension = rows), a "
-        f"pyarrow Array or ChunkedArray, or a RaggedColumn(values, offsets), but got {type(value).__name__}"
+        f"pyarrow Array or ChunkedArray, a RaggedColumn(values, offsets) or a SpanColumn(values, starts, lengths), "
+        f"but got {type(value).__name__}"
     )
 
 
@@ -117,6 +158,9 @@ class ColumnInputs:
     def _as_ragged(self, key: str) -> RaggedColumn | None:
         if key not in self._ragged:
             value = self.columns[key]
+            if isinstance(value, SpanColumn):
+                spans = self.spans(key)
+                value = spans.ragged() if spans is not None else value
             if isinstance(value, RaggedColumn):
                 ragged = RaggedColumn(np.asarray(value.values), np.asarray(value.offsets))
                 if ragged.values.ndim != 1 or ragged.offsets.ndim != 1 or ragged.offsets.dtype.kind not in "iu":
@@ -129,7 +173,7 @@ class ColumnInputs:
     def values(self, key: str) -> list[Any]:
         """Row ``i``'s value of ``key`` as a Python value (lists for token columns), as a row dict would hold it."""
         value = self.columns[key]
-        if isinstance(value, RaggedColumn):
+        if isinstance(value, (RaggedColumn, SpanColumn)):
             return value.rows()
         if _is_arrow(value):
             return value.to_pylist()
@@ -140,7 +184,7 @@ class ColumnInputs:
     def none_rows(self, key: str) -> list[int]:
         """Indices of the rows whose ``key`` is None (null in Arrow); one vectorized test for Arrow columns."""
         value = self.columns[key]
-        if isinstance(value, (RaggedColumn, np.ndarray, torch.Tensor)):
+        if isinstance(value, (RaggedColumn, SpanColumn, np.ndarray, torch.Tensor)):
             return []
         if _is_arrow(value):
             return np.flatnonzero(value.is_null().to_numpy(zero_copy_only=False)).tolist() if value.null_count else []
@@ -160,6 +204,23 @@ class ColumnInputs:
         if flat.dtype.kind == "u" and flat.dtype.itemsize == 8:
             flat = flat.astype(np.int64)  # as np.array(list) + astype(int64) does on the row path
         return flat, torch.from_numpy(lengths)
+
+    def spans(self, key: str, *, allow_bool: bool = False) -> SpanColumn | None:
+        """``key`` as spans of integer values (bools with ``allow_bool``) without copying them, or None when the
+        column is absent or given in another form (the caller then takes :meth:`ids`)."""
+        value = self.columns.get(key)
+        if not isinstance(value, SpanColumn):
+            return None
+        spans = SpanColumn(np.asarray(value.values), np.asarray(value.starts, dtype=np.int64),
+                           np.asarray(value.lengths, dtype=np.int64))
+        if spans.values.ndim != 1 or spans.starts.ndim != 1 or spans.lengths.shape != spans.starts.shape:
+            raise TypeError(f"column {key!r}: a SpanColumn needs 1-D values, starts and lengths of one size")
+        if len(spans.lengths) and (spans.lengths.min() < 0 or spans.starts.min() < 0
+                                   or (spans.starts + spans.lengths).max() > len(spans.values)):
+            raise ValueError(f"column {key!r}: SpanColumn spans should lie inside values (length "
+                             f"{len(spans.values)}), but got starts={spans.starts.tolist()}, "
+                             f"lengths={spans.lengths.tolist()}")
+        return spans if spans.values.dtype.kind in ("iub" if allow_bool else "iu") else None
 
 
 def batch_inputs(rows: Any, target_keys: tuple[str, ...] = ()) -> RowInputs | ColumnInputs:

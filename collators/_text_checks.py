@@ -73,3 +73,15 @@ def check_range(values: Any, key: str, *, high: int | None, limit: str = "", ign
         f"{where}: {key!r} should hold values {expected}{allowed}{source}, but got {key}={value} "
         f"(batch min {low}, max {top}); {fix}"
     )
+
+
+def check_padded(padded: torch.Tensor, layout: Any, key: str, *, high: int | None, limit: str = "",
+                 ignore: int | None = None, fix: str = VOCAB_FIX) -> None:
+    """:func:`check_range` on what reaches the model: the kept (real) elements of the padded ``[batch, length]``
+    tensor of a :class:`collators._padding.PaddingLayout`. One min and one max over the whole tensor settle the
+    common case; only a batch whose padding or values fall outside pays for selecting its real elements."""
+    values = padded.numpy()
+    if values.size and int(values.min()) >= 0 and (high is None or int(values.max()) < high):
+        return
+    check_range(values[layout.mask.numpy()], key, high=high, limit=limit, ignore=ignore, lengths=layout.lengths,
+                fix=fix)

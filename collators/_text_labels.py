@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from collators._padding import PaddingLayout, padded_length
-from collators._text_checks import CLASS_FIX, check_range
+from collators._text_checks import CLASS_FIX, check_padded, check_range
 from collators._text_inputs import check_same_lengths, flatten_ids, mixed_targets_error, tokenize_column
 from collators._text_options import TextOptions
 from collators._text_targets import collate_targets
@@ -67,13 +67,19 @@ def pad_per_token(inputs: RowInputs | ColumnInputs, key: str, lengths: torch.Ten
 
     ``check``, the arguments of :func:`check_range` (labels), checks the values' range.
     """
-    flat, key_lengths = inputs.ids(key, allow_bool=True)
-    check_same_lengths(key_lengths, lengths, key, "input_ids")
+    spans = inputs.spans(key, allow_bool=True)
+    if spans is not None:
+        check_same_lengths(torch.from_numpy(spans.lengths), lengths, key, "input_ids")
+        padded = layout.gather(spans.values, spans.starts, pad_value, torch.long, out=out)
+    else:
+        flat, key_lengths = inputs.ids(key, allow_bool=True)
+        check_same_lengths(key_lengths, lengths, key, "input_ids")
+        if out is not None and key == "attention_mask" and isinstance(flat, np.ndarray) and all_ones(flat):
+            return out.copy_(layout.mask)  # what the fill gives; the common case for Arrow columns, without the scatter
+        padded = layout.fill(flat, pad_value, torch.long, out=out)
     if check is not None:
-        check_range(flat, key, lengths=key_lengths, **check)
-    if out is not None and key == "attention_mask" and isinstance(flat, np.ndarray) and all_ones(flat):
-        return out.copy_(layout.mask)  # what the fill gives; the common case for Arrow columns, without the scatter
-    return layout.fill(flat, pad_value, torch.long, out=out)
+        check_padded(padded, layout, key, **check)
+    return padded
 
 
 def all_ones(flat: np.ndarray) -> bool:
@@ -127,7 +133,7 @@ def add_labels(options: TextOptions, batch: dict[str, Any], inputs: RowInputs | 
         batch["input_ids"] = slots["input_ids"].copy_(masked)
         batch[field] = slots[field].copy_(labels)
     elif task == "causal_lm" and key is None:
-        batch[field] = slots[field].copy_(batch["input_ids"]).masked_fill_(~layout.mask, options.label_pad_token_id)
+        batch[field] = layout.repad(batch["input_ids"], options.label_pad_token_id, out=slots[field])
     elif key is None:
         if task == "seq2seq" and "decoder_input_ids" in inputs.keys:
             _add_decoder_inputs(options, batch, inputs, consumed)

@@ -10,13 +10,13 @@ import torch
 from collators import _text_options as opts
 from collators._extra import collate_extra
 from collators._padding import PaddingLayout, check_padding_side, padded_length
-from collators._text_batch import ColumnInputs, RaggedColumn, RowInputs, batch_inputs
-from collators._text_checks import check_range
+from collators._text_batch import ColumnInputs, RaggedColumn, RowInputs, SpanColumn, batch_inputs
+from collators._text_checks import check_padded
 from collators._text_inputs import flatten_ids, tokenize_column
 from collators._text_labels import add_labels, output_slots, pad_per_token, slot_keys, target_key
 from task_spec import TaskSpec
 
-__all__ = ["RaggedColumn", "TextCollator", "create_text_collator"]
+__all__ = ["RaggedColumn", "SpanColumn", "TextCollator", "create_text_collator"]
 
 
 class TextCollator:
@@ -172,15 +172,23 @@ class TextCollator:
         return self._collate(ColumnInputs(columns), generator)
 
     def _collate(self, inputs: RowInputs | ColumnInputs, generator: torch.Generator | None) -> dict[str, Any]:
-        flat, lengths, consumed = self._input_ids(inputs)
-        if self.check_values:
-            check_range(flat, "input_ids", high=self.vocab_size, limit=self.vocab_source, lengths=lengths)
+        spans = inputs.spans("input_ids")
+        if spans is None:
+            flat, lengths, consumed = self._input_ids(inputs)
+        else:  # spans of a token buffer: padded straight from it, reading only the kept tokens
+            lengths, consumed = torch.from_numpy(spans.lengths), set()
         width = padded_length(int(lengths.max()), max_length=self.max_length, padding=self.padding,
                               buckets=self.pad_to_buckets, pad_to_multiple_of=self.pad_to_multiple_of)
         layout = PaddingLayout(lengths, length=width, padding_side=self.padding_side)
         target = target_key(self, inputs)
         slots = output_slots(slot_keys(self.task_type, self.target_field, inputs.keys, target is not None), layout)
-        batch: dict[str, Any] = {"input_ids": layout.fill(flat, self.pad_token_id, out=slots["input_ids"])}
+        if spans is None:
+            ids = layout.fill(flat, self.pad_token_id, out=slots["input_ids"])
+        else:
+            ids = layout.gather(spans.values, spans.starts, self.pad_token_id, out=slots["input_ids"])
+        if self.check_values:
+            check_padded(ids, layout, "input_ids", high=self.vocab_size, limit=self.vocab_source)
+        batch: dict[str, Any] = {"input_ids": ids}
         for key, pad_value in opts.TOKEN_KEYS.items():
             if key in inputs.keys:
                 batch[key] = pad_per_token(inputs, key, lengths, layout, pad_value, slots.get(key))

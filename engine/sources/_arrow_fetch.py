@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from collators.text import RaggedColumn
+from collators._text_batch import RaggedColumn, SpanColumn
 
 
 def _list_of_ints(column: Any) -> bool:
@@ -30,53 +30,95 @@ def _list_of_ints(column: Any) -> bool:
     return all(chunk.null_count == 0 and chunk.values.null_count == 0 for chunk in column.chunks)
 
 
+_COMBINE_LIMIT = 512 * 2**20
+"""Bytes of token values a process copies into one buffer when a column's chunks do not share one (in memory)."""
+
+
+def _data_address(array: np.ndarray) -> int:
+    return int(array.__array_interface__["data"][0])
+
+
+def _root(buffer: Any) -> Any:
+    while buffer.parent is not None:
+        buffer = buffer.parent
+    return buffer
+
+
+def _shared_view(arrays: list[np.ndarray], buffers: list[Any]) -> tuple[np.ndarray, np.ndarray] | None:
+    """One numpy view over the buffer that holds all ``arrays`` (chunks of a memory-mapped Arrow file share its
+    mapping) and each array's first element in it; None when they do not share one, are misaligned in it, or an
+    array is a copy (bit-packed bools)."""
+    roots = {(_root(buffer).address, _root(buffer).size) for buffer in buffers}
+    if len(roots) != 1 or len({array.dtype for array in arrays}) != 1:
+        return None
+    root = _root(buffers[0])
+    itemsize = arrays[0].dtype.itemsize
+    gaps = [_data_address(array) - root.address for array in arrays]
+    if any(gap < 0 or gap % itemsize or gap + array.nbytes > root.size for gap, array in zip(gaps, arrays)):
+        return None
+    whole = np.frombuffer(root, dtype=arrays[0].dtype, count=root.size // itemsize)
+    return whole, np.asarray(gaps, dtype=np.int64) // itemsize
+
+
 class _RaggedIndex:
-    """Numpy views of one list column's chunks: ``offsets[k]`` and ``values[k]`` of chunk ``k``."""
+    """Where every row of one list column lies in a single numpy array of its values, without copying them.
+
+    A column in one chunk is read through zero-copy views of its values and offsets. Chunks of a memory-mapped
+    file share one mapping, so one view of the mapping covers them all and a row's span is found from its
+    chunk's offsets with vectorized arithmetic. Chunks held apart in memory are copied once per process into one
+    buffer when they hold at most 512 MiB of values; above that a batch is gathered with one slice per row.
+    """
 
     def __init__(self, column: Any) -> None:
         chunks = [chunk for chunk in column.chunks if len(chunk)]
         self.bounds = np.cumsum([0] + [len(chunk) for chunk in chunks], dtype=np.int64)
-        self.offsets = [chunk.offsets.to_numpy() for chunk in chunks]  # slice-adjusted, zero-copy
-        self.values = [chunk.values.to_numpy(zero_copy_only=False) for chunk in chunks]  # copies only bit-packed bools
+        offsets = [chunk.offsets.to_numpy() for chunk in chunks]  # slice-adjusted, zero-copy
+        values = [chunk.values.to_numpy(zero_copy_only=False) for chunk in chunks]  # copies only bit-packed bools
+        self.chunk_offsets, self.chunk_values = offsets, values
+        self.values: np.ndarray | None = None
+        if len(chunks) == 1:
+            self.values, self.offsets, self.value_base, self.offset_base = values[0], offsets[0], None, None
+            return
+        if not chunks:
+            return
+        value_views = _shared_view(values, [chunk.values.buffers()[1] for chunk in chunks])
+        offset_views = _shared_view(offsets, [chunk.offsets.buffers()[1] for chunk in chunks])
+        if value_views is not None and offset_views is not None:
+            (self.values, self.value_base), (self.offsets, self.offset_base) = value_views, offset_views
+        elif sum(array.nbytes for array in values) <= _COMBINE_LIMIT:
+            sizes = np.asarray([len(array) for array in values], dtype=np.int64)
+            self.values = np.concatenate(values)
+            self.value_base = np.cumsum(sizes) - sizes
+            self.offsets = np.concatenate(offsets)
+            self.offset_base = self.bounds[:-1] + np.arange(len(chunks), dtype=np.int64)  # one extra entry each
 
-    def gather(self, rows: np.ndarray) -> RaggedColumn:
-        if not len(rows) or not self.values:
-            dtype = self.values[0].dtype if self.values else np.int64
-            return RaggedColumn(np.empty(0, dtype=dtype), np.zeros(len(rows) + 1, dtype=np.int64))
-        if len(self.values) == 1:
-            return self._gather_in(0, rows)
+    def gather(self, rows: np.ndarray) -> SpanColumn | RaggedColumn:
+        """The rows as spans of one values array (no copy), or, for large in-memory chunks, a new flat buffer."""
+        if not len(rows) or not self.chunk_values:
+            dtype = self.chunk_values[0].dtype if self.chunk_values else np.int64
+            return SpanColumn(np.empty(0, dtype=dtype), np.zeros(len(rows), dtype=np.int64),
+                              np.zeros(len(rows), dtype=np.int64))
+        if self.values is None:
+            return self._sliced(rows)
+        if self.offset_base is None:
+            positions, value_base = rows, 0
+        else:
+            chunk = np.searchsorted(self.bounds, rows, side="right") - 1
+            positions = self.offset_base[chunk] + (rows - self.bounds[chunk])
+            value_base = self.value_base[chunk]
+        starts = self.offsets[positions].astype(np.int64)
+        lengths = self.offsets[positions + 1] - starts
+        return SpanColumn(self.values, starts + value_base, lengths.astype(np.int64, copy=False))
+
+    def _sliced(self, rows: np.ndarray) -> RaggedColumn:
         chunk = np.searchsorted(self.bounds, rows, side="right") - 1
         local = rows - self.bounds[chunk]
-        if len(rows) < 2 or bool((np.diff(chunk) >= 0).all()):  # in storage order (evaluation): per chunk
-            parts = [self._gather_in(k, local[chunk == k]) for k in np.unique(chunk).tolist()]
-            lengths = np.concatenate([np.diff(part.offsets) for part in parts])
-            values = np.concatenate([part.values for part in parts])
-        else:  # shuffled across chunks: one slice per row (no per-row objects beyond the slice itself)
-            pieces = [self.values[k][self.offsets[k][i]:self.offsets[k][i + 1]]
-                      for k, i in zip(chunk.tolist(), local.tolist())]
-            lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
-            values = np.concatenate(pieces)
+        pieces = [self.chunk_values[k][self.chunk_offsets[k][i]:self.chunk_offsets[k][i + 1]]
+                  for k, i in zip(chunk.tolist(), local.tolist())]
+        lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
         offsets = np.zeros(len(rows) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        return RaggedColumn(values, offsets)
-
-    def _gather_in(self, k: int, rows: np.ndarray) -> RaggedColumn:
-        return ragged_gather(self.values[k], self.offsets[k], rows)
-
-
-def ragged_gather(values: np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> RaggedColumn:
-    """Rows ``rows`` of the flat ``values`` + ``offsets`` layout, gathered into a new flat buffer + offsets:
-    starts and ends from the offsets, then one fancy index for the values (no per-row Python objects)."""
-    starts = offsets[rows].astype(np.int64)
-    return gather_spans(values, starts, offsets[rows + 1] - starts)
-
-
-def gather_spans(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> RaggedColumn:
-    """The spans ``values[start : start + length]``, one per row, in a new flat buffer + offsets (one fancy index)."""
-    out = np.zeros(len(starts) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=out[1:])
-    index = np.arange(out[-1], dtype=np.int64) + np.repeat(starts - out[:-1], lengths)
-    return RaggedColumn(values[index], out)
+        return RaggedColumn(np.concatenate(pieces), offsets)
 
 
 class ArrowBatchFetcher:

@@ -14,7 +14,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from engine.sources._arrow_fetch import ArrowBatchFetcher, ColumnBatch, gather_spans
+from collators._text_batch import SpanColumn
+from engine.sources._arrow_fetch import ArrowBatchFetcher, ColumnBatch
 from engine.sources.files import is_path_data, load_paths
 from engine.sources.kinds import ACCEPTED, TupleRows, columns_dataset, is_column_dict, tuple_fields
 from engine.sources.rows import MapSource, RowBatch
@@ -153,11 +154,12 @@ class TensorListSource(ColumnarSource):
                     or self.shapes.shape[1] != 1)
 
     def fetch_columns(self, positions: Sequence[int]) -> dict[str, Any]:
-        """``{key: RaggedColumn}`` of the rows at ``positions`` (key ``input_ids`` for bare rows): one gather."""
+        """``{key: SpanColumn}`` of the rows at ``positions`` (key ``input_ids`` for bare rows): spans of the buffer,
+        nothing copied."""
         rows = np.asarray(positions, dtype=np.int64)
         if self.positions is not None:
             rows = self.positions[rows]
-        return {self.key or "input_ids": gather_spans(self.buffer.numpy(), *self._spans(rows))}
+        return {self.key or "input_ids": SpanColumn(self.buffer.numpy(), *self._spans(rows))}
 
     def _spans(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Where ``rows`` (indices into the rows given) start in the buffer, and their lengths."""

@@ -3,7 +3,8 @@
 Each test draws a batch (1 to 8 rows, mostly short, empty and length-1 rows included, some of 100 to 300 ids; ids
 over the whole vocabulary of the test tokenizers, so the pad and eos ids occur as real tokens), a padding side,
 ``pad_to_multiple_of``, and the form our collator receives the rows in (lists, tensors, numpy arrays, or columns
-through ``collate_columns``); transformers always gets lists. Where our documented behaviour differs (causal-LM
+through ``collate_columns``, as flat values + offsets or as spans of a larger buffer with junk between the rows);
+transformers always gets lists. Where our documented behaviour differs (causal-LM
 labels mask padding by position, not by id: see test_text.py and docs/collators.md), the test compares the
 positions where both agree and pins ours on the rest. Runs are derandomized: the same batches every run, and
 nothing is written to a ``.hypothesis`` database. No timing here.
@@ -28,7 +29,7 @@ from transformers import (
     DataCollatorWithPadding,
 )
 
-from collators.text import RaggedColumn, TextCollator
+from collators.text import RaggedColumn, SpanColumn, TextCollator
 
 set_hypothesis_home_dir(Path(tempfile.gettempdir()) / "hypothesis-collators")  # not .hypothesis/ in the checkout
 EXAMPLES = 250
@@ -51,7 +52,7 @@ LONG = st.builds(random_values, st.integers(100, 300), SEEDS)
 ROWS = st.lists(st.one_of(SHORT, SHORT, SHORT, LONG), min_size=1, max_size=8)
 SIDES = st.sampled_from(["right", "left"])
 MULTIPLES = st.sampled_from([None, 1, 3, 8, 16])
-FORMS = st.sampled_from(["list", "tensor", "numpy", "columns"])
+FORMS = st.sampled_from(["list", "tensor", "numpy", "columns", "spans"])
 CLASS_LABELS = st.one_of(st.integers(0, 4), st.just(-100))
 PER_TOKEN_KEYS = ("input_ids", "attention_mask", "labels")
 
@@ -61,15 +62,30 @@ def ragged(values: list[list[int]]) -> RaggedColumn:
     return RaggedColumn(flat, np.concatenate([[0], np.cumsum([len(value) for value in values])]).astype(np.int64))
 
 
+JUNK = 10**6
+"""Fills the gaps between spans: an id no vocabulary here holds, so a read outside a row shows in the output."""
+
+
+def spans(values: list[list[int]]) -> SpanColumn:
+    """The rows laid out in reverse order in one buffer, a junk value before and after each: spans, not offsets."""
+    buffer: list[int] = [JUNK]
+    starts = [0] * len(values)
+    for index in reversed(range(len(values))):
+        starts[index] = len(buffer)
+        buffer += values[index] + [JUNK]
+    return SpanColumn(np.array(buffer, dtype=np.int64), np.array(starts), np.array([len(v) for v in values]))
+
+
 def collate(collator: TextCollator, rows: list[dict], form: str) -> dict:
     """``collator`` on ``rows`` handed over in ``form``; checks that the caller's rows are left as they were."""
     snapshot = copy.deepcopy(rows)
-    if form == "columns":
+    if form in ("columns", "spans"):
         columns = {}
         for key in rows[0]:
             values = [row[key] for row in rows]
             ragged_key = isinstance(values[0], list)
-            columns[key] = ragged(values) if ragged_key and key != "labels" else (
+            flat = spans if form == "spans" else ragged
+            columns[key] = flat(values) if ragged_key and (key != "labels" or form == "spans") else (
                 pa.array(values, type=pa.list_(pa.int64())) if ragged_key else values)
         batch = collator.collate_columns(columns)
     else:

@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import Dataset
 
 from collators import DefaultCollator, TextCollator
-from collators.text import RaggedColumn
+from collators.text import RaggedColumn, SpanColumn
 from engine.module import UniversalDataModule
 from engine.sampling.base import BatchIndices
 from engine.sources._arrow_fetch import ColumnBatch
@@ -44,7 +44,8 @@ def make_dataset(rows: int = 300, chunk: int | None = 64, seed: int = 0) -> data
 
 
 def as_rows(columns: dict) -> list[dict]:
-    values = {key: value.rows() if isinstance(value, RaggedColumn) else value for key, value in columns.items()}
+    values = {key: value.rows() if isinstance(value, (RaggedColumn, SpanColumn)) else value
+              for key, value in columns.items()}
     return [dict(zip(values, row)) for row in zip(*values.values())]
 
 
@@ -65,9 +66,43 @@ class TestFetchColumns:
         source = HFSource(dataset)
         columns = source.fetch_columns(positions)
         assert list(columns) == dataset.column_names
-        assert isinstance(columns["input_ids"], RaggedColumn) and isinstance(columns["flags"], RaggedColumn)
+        assert isinstance(columns["input_ids"], SpanColumn) and isinstance(columns["flags"], SpanColumn)
         assert isinstance(columns["nested"], list) and isinstance(columns["name"], list)
         assert as_rows(columns) == HFSource(dataset).fetch_rows(positions)
+
+    @pytest.mark.parametrize("layout", ["memory_mapped", "memory_mapped_slice", "in_memory_map", "concatenated",
+                                        "concatenated_past_the_copy_limit"])
+    def test_spans_read_every_table_layout_exactly(self, tmp_path, monkeypatch, layout):
+        import engine.sources._arrow_fetch as arrow_fetch
+
+        dataset = make_dataset(chunk=None).remove_columns(["nested"])
+        if layout.startswith("memory_mapped"):
+            dataset.save_to_disk(str(tmp_path / "saved"))
+            dataset = datasets.load_from_disk(str(tmp_path / "saved")).map(
+                lambda batch: batch, batched=True, batch_size=23, cache_file_name=str(tmp_path / "mapped.arrow"))
+            assert isinstance(dataset.data, datasets.table.MemoryMappedTable)
+            if layout == "memory_mapped_slice":
+                dataset = dataset.select(range(31, 250))  # contiguous: a slice of the table, chunks cut mid-way
+        elif layout == "in_memory_map":
+            dataset = dataset.map(lambda batch: batch, batched=True, batch_size=23)
+        else:  # chunks in separate allocations
+            datasets.disable_progress_bars()
+            pieces = [dataset.select(range(start, min(start + 23, 300))) for start in range(0, 300, 23)]
+            dataset = datasets.concatenate_datasets([piece.flatten_indices() for piece in pieces])
+        assert dataset.data.table.column("input_ids").num_chunks > 5
+        if layout == "concatenated_past_the_copy_limit":
+            monkeypatch.setattr(arrow_fetch, "_COMBINE_LIMIT", 0)
+        source = HFSource(dataset)
+        positions = np.random.default_rng(4).permutation(len(dataset))[:64].tolist() + [0, len(dataset) - 1]
+        columns = source.fetch_columns(positions)
+        assert as_rows(columns) == source.fetch_rows(positions)
+        expected_kind = RaggedColumn if layout == "concatenated_past_the_copy_limit" else SpanColumn
+        assert isinstance(columns["input_ids"], expected_kind) and isinstance(columns["flags"], expected_kind)
+        index = source._fetcher.ragged["input_ids"]
+        if layout.startswith("memory_mapped"):  # one view of the file's mapping: the values were not copied
+            assert not index.values.flags.owndata and index.values.base is not None
+        elif layout == "concatenated":  # chunks held apart are copied once into one buffer
+            assert index.values.flags.owndata
 
     def test_select_views_and_negative_indices(self, chunked):
         view = HFSource(chunked).view(np.random.default_rng(2).permutation(300)[:120]).view(np.arange(119, -1, -2))
