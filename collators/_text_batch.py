@@ -215,8 +215,8 @@ class ColumnInputs:
                            np.asarray(value.lengths, dtype=np.int64))
         if spans.values.ndim != 1 or spans.starts.ndim != 1 or spans.lengths.shape != spans.starts.shape:
             raise TypeError(f"column {key!r}: a SpanColumn needs 1-D values, starts and lengths of one size")
-        if len(spans.lengths) and (spans.lengths.min() < 0 or spans.starts.min() < 0
-                                   or (spans.starts + spans.lengths).max() > len(spans.values)):
+        if len(spans.lengths) and (np.minimum.reduce(spans.lengths) < 0 or np.minimum.reduce(spans.starts) < 0
+                                   or np.maximum.reduce(spans.starts + spans.lengths) > len(spans.values)):
             raise ValueError(f"column {key!r}: SpanColumn spans should lie inside values (length "
                              f"{len(spans.values)}), but got starts={spans.starts.tolist()}, "
                              f"lengths={spans.lengths.tolist()}")

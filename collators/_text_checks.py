@@ -81,7 +81,9 @@ def check_padded(padded: torch.Tensor, layout: Any, key: str, *, high: int | Non
     tensor of a :class:`collators._padding.PaddingLayout`. One min and one max over the whole tensor settle the
     common case; only a batch whose padding or values fall outside pays for selecting its real elements."""
     values = padded.numpy()
-    if values.size and int(values.min()) >= 0 and (high is None or int(values.max()) < high):
+    # ufunc reductions: the same min and max as ndarray.min/max, without their Python wrappers
+    if values.size and np.minimum.reduce(values, axis=None) >= 0 and (
+            high is None or np.maximum.reduce(values, axis=None) < high):
         return
     check_range(values[layout.mask.numpy()], key, high=high, limit=limit, ignore=ignore, lengths=layout.lengths,
                 fix=fix)
