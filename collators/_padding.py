@@ -152,14 +152,30 @@ class PaddingLayout:
             return self.fill(values[:0] if not len(values) else values[span_index(starts, self._given)[0]],
                              pad_value, dtype, out=out)
         first = starts if self._shift is None else starts - self._shift  # where position 0 of each row reads
-        index = first[:, None] + self._positions
         target = out.numpy()
-        if target.dtype == values.dtype:
-            np.take(values, index, mode="clip", out=target)  # reads outside a row are padded over below
-        else:
-            np.copyto(target, np.take(values, index, mode="clip"), casting="unsafe")
-        target[self.padding] = pad_value
+        windows = _windows(values, self.length)
+        if windows is None:
+            gathered = np.take(values, first[:, None] + self._positions, mode="clip")
+        else:  # row i is windows[first[i]], one contiguous copy per row; rows whose window leaves values: below
+            outside = (first < 0) | (first >= len(windows))
+            gathered = windows[np.clip(first, 0, len(windows) - 1) if outside.any() else first]
+        np.copyto(target, gathered, casting="unsafe")
+        if windows is not None and outside.any():
+            shift = self._shift if self._shift is not None else np.zeros_like(starts)
+            for row in np.flatnonzero(outside).tolist():  # only rows at the very start or end of values
+                start, kept, at = int(starts[row]), int(self.lengths[row]), int(shift[row])
+                target[row, at:at + kept] = values[start:start + kept]
+        target[self.padding] = pad_value  # reads outside a row are padded over
         return out
+
+
+def _windows(values: np.ndarray, width: int) -> np.ndarray | None:
+    """Every ``width``-long window of the 1-D ``values`` as rows of one strided view (nothing copied): window
+    ``s`` is ``values[s:s + width]``. None when ``values`` is shorter than ``width`` or not contiguous."""
+    if len(values) < width or width == 0 or not values.flags.c_contiguous:
+        return None
+    step = values.itemsize
+    return np.ndarray((len(values) - width + 1, width), dtype=values.dtype, buffer=values, strides=(step, step))
 
 
 def span_index(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

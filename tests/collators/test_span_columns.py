@@ -140,3 +140,19 @@ class TestRefused:
         with pytest.raises((TypeError, ValueError)) as rows:
             TextCollator(pad_token_id=0)([{"input_ids": [1.5, 2.0]}])
         assert str(ours.value) == str(rows.value)
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("width", [None, 7, 40])
+def test_rows_at_the_edges_of_the_buffer_and_strided_buffers(side, width):
+    # Rows starting at 0 and ending at the buffer's end: their padded windows reach past the buffer, and are
+    # copied row by row; a strided (non-contiguous) buffer is gathered by index. Both equal the row path.
+    values = np.arange(100, 130)
+    rows = [values[0:5].tolist(), values[10:12].tolist(), values[24:30].tolist(), values[5:5].tolist()]
+    columns = [SpanColumn(values, np.array([0, 10, 24, 5]), np.array([5, 2, 6, 0])),
+               SpanColumn(np.repeat(values, 2)[::2], np.array([0, 10, 24, 5]), np.array([5, 2, 6, 0]))]
+    options = {"padding": "max_length", "max_length": width} if width else {}
+    collate = TextCollator(pad_token_id=0, padding_side=side, **options)
+    reference = collate([{"input_ids": row} for row in rows])
+    for column in columns:
+        assert_batches_equal(collate.collate_columns({"input_ids": column}), reference)
