@@ -94,13 +94,10 @@ class PaddingLayout:
             self._padding = ~self.mask.numpy()
         return self._padding
 
-    def repad(self, source: torch.Tensor, pad_value: float | int, *, out: torch.Tensor) -> torch.Tensor:
-        """``out`` = ``source`` (a tensor of this layout) with every padded position set to ``pad_value``."""
-        if out.dtype not in _NUMPY_SAFE or source.dtype not in _NUMPY_SAFE:
-            return out.copy_(source).masked_fill_(~self.mask, pad_value)
-        target = out.numpy()
-        np.copyto(target, source.numpy(), casting="unsafe")
-        target[self.padding] = pad_value
+    def repad(self, source: np.ndarray, pad_value: float | int, *, out: np.ndarray) -> np.ndarray:
+        """``out`` = ``source`` (arrays of this layout) with every padded position set to ``pad_value``."""
+        np.copyto(out, source, casting="unsafe")
+        out[self.padding] = pad_value
         return out
 
     def _flat_keep(self) -> np.ndarray | None:
@@ -139,12 +136,13 @@ class PaddingLayout:
         return out
 
     def gather(self, values: np.ndarray, starts: np.ndarray, pad_value: float | int, dtype: torch.dtype | None = None,
-               *, out: torch.Tensor | None = None) -> torch.Tensor:
+               *, out: torch.Tensor | None = None, target: np.ndarray | None = None) -> torch.Tensor:
         """Write row ``i``'s kept elements, ``values[starts[i]:]`` (the row's length is this layout's), into a
         padded tensor with one gather: the same result as :meth:`fill` on the rows' concatenation, without
         concatenating them first, and without reading what truncation cuts.
 
-        ``values`` is a 1-D numpy array (read-only Arrow buffers are fine); ``out`` as for :meth:`fill`.
+        ``values`` is a 1-D numpy array (read-only Arrow buffers are fine); ``out`` as for :meth:`fill`;
+        ``target``, when given, is ``out`` as a numpy array (saves converting it).
         """
         if out is None:
             out = torch.empty((len(self._given), self.length), dtype=dtype or torch.from_numpy(values[:0]).dtype)
@@ -152,7 +150,7 @@ class PaddingLayout:
             return self.fill(values[:0] if not len(values) else values[span_index(starts, self._given)[0]],
                              pad_value, dtype, out=out)
         first = starts if self._shift is None else starts - self._shift  # where position 0 of each row reads
-        target = out.numpy()
+        target = out.numpy() if target is None else target
         windows = _windows(values, self.length)
         if windows is None:
             gathered = np.take(values, first[:, None] + self._positions, mode="clip")

@@ -75,12 +75,12 @@ def check_range(values: Any, key: str, *, high: int | None, limit: str = "", ign
     )
 
 
-def check_padded(padded: torch.Tensor, layout: Any, key: str, *, high: int | None, limit: str = "",
+def check_padded(padded: torch.Tensor | np.ndarray, layout: Any, key: str, *, high: int | None, limit: str = "",
                  ignore: int | None = None, fix: str = VOCAB_FIX) -> None:
     """:func:`check_range` on what reaches the model: the kept (real) elements of the padded ``[batch, length]``
     tensor of a :class:`collators._padding.PaddingLayout`. One min and one max over the whole tensor settle the
     common case; only a batch whose padding or values fall outside pays for selecting its real elements."""
-    values = padded.numpy()
+    values = padded.numpy() if isinstance(padded, torch.Tensor) else padded
     # ufunc reductions: the same min and max as ndarray.min/max, without their Python wrappers
     if values.size and np.minimum.reduce(values, axis=None) >= 0 and (
             high is None or np.maximum.reduce(values, axis=None) < high):

@@ -39,7 +39,14 @@ def target_key(options: TextOptions, inputs: RowInputs | ColumnInputs) -> str | 
     return None
 
 
-def output_slots(keys: list[str], layout: PaddingLayout) -> dict[str, torch.Tensor]:
+class Slots(dict):
+    """``{key: [batch, length] int64 tensor}``, all views of one buffer, with :attr:`arrays`: the same views as
+    numpy arrays (writing through them costs no tensor-to-numpy conversion per use)."""
+
+    arrays: dict[str, np.ndarray]
+
+
+def output_slots(keys: list[str], layout: PaddingLayout) -> Slots:
     """One ``[batch, length]`` int64 view per key, all of one buffer.
 
     One allocation per batch, and a worker process hands the batch to the main process as one shared-memory
@@ -47,8 +54,10 @@ def output_slots(keys: list[str], layout: PaddingLayout) -> dict[str, torch.Tens
     on a busy 2-core machine). The views do not overlap: writing one never changes another.
     """
     keys = list(dict.fromkeys(keys))
-    buffer = torch.empty((len(keys), len(layout.lengths), layout.length), dtype=torch.long)
-    return dict(zip(keys, buffer.unbind(0)))
+    buffer = np.empty((len(keys), len(layout.lengths), layout.length), dtype=np.int64)
+    slots = Slots(zip(keys, torch.from_numpy(buffer).unbind(0)))
+    slots.arrays = dict(zip(keys, buffer))
+    return slots
 
 
 def slot_keys(task_type: str, target_field: str, keys: list[str], has_target: bool) -> list[str]:
@@ -112,7 +121,7 @@ def _class_check(options: TextOptions) -> dict[str, Any] | None:
 
 def add_labels(options: TextOptions, batch: dict[str, Any], inputs: RowInputs | ColumnInputs, key: str | None,
                lengths: torch.Tensor, layout: PaddingLayout, consumed: set[str], generator: torch.Generator | None,
-               slots: dict[str, torch.Tensor]) -> None:
+               slots: Slots) -> None:
     """Add the labels of ``options.task_type`` to ``batch``, read from ``key`` (None: the rows have no targets).
 
     Without targets, causal and masked LM derive labels from the inputs; the other tasks add none (prediction).
@@ -133,7 +142,9 @@ def add_labels(options: TextOptions, batch: dict[str, Any], inputs: RowInputs | 
         batch["input_ids"] = slots["input_ids"].copy_(masked)
         batch[field] = slots[field].copy_(labels)
     elif task == "causal_lm" and key is None:
-        batch[field] = layout.repad(batch["input_ids"], options.label_pad_token_id, out=slots[field])
+        arrays = slots.arrays
+        batch[field] = slots[field]
+        layout.repad(arrays["input_ids"], options.label_pad_token_id, out=arrays[field])
     elif key is None:
         if task == "seq2seq" and "decoder_input_ids" in inputs.keys:
             _add_decoder_inputs(options, batch, inputs, consumed)

@@ -185,9 +185,11 @@ class TextCollator:
         if spans is None:
             ids = layout.fill(flat, self.pad_token_id, out=slots["input_ids"])
         else:
-            ids = layout.gather(spans.values, spans.starts, self.pad_token_id, out=slots["input_ids"])
+            ids = layout.gather(spans.values, spans.starts, self.pad_token_id, out=slots["input_ids"],
+                                target=slots.arrays["input_ids"])
         if self.check_values:
-            check_padded(ids, layout, "input_ids", high=self.vocab_size, limit=self.vocab_source)
+            check_padded(slots.arrays["input_ids"], layout, "input_ids", high=self.vocab_size,
+                         limit=self.vocab_source)
         batch: dict[str, Any] = {"input_ids": ids}
         for key, pad_value in opts.TOKEN_KEYS.items():
             if key in inputs.keys:
