@@ -88,7 +88,8 @@ def fetch_case(ds: datasets.Dataset, tokens: int, repeats: int) -> dict[str, Any
 
     anchor_s, ours_s = best_seconds(anchor, repeats=repeats), best_seconds(ours, repeats=repeats)
     return result(NAME, "fetch only (no collate)", anchor="ds[indices] per batch", anchor_s=anchor_s, ours_s=ours_s,
-                  throughput=mtok(tokens, ours_s), note="both fetch input_ids + attention_mask; ours as flat buffers")
+                  throughput=mtok(tokens, ours_s),
+                  note="both fetch input_ids + attention_mask; ours as spans of Arrow buffers (the collator copies)")
 
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
