@@ -110,20 +110,22 @@ class FileDataset(Dataset):
         return positions
 
     def _cached_rows(self, positions: np.ndarray) -> list[Any]:
-        rows = self.cache.get_many(positions.tolist())
+        keys = positions.tolist()
+        rows = self.cache.get_many(keys)
         missing = [j for j, row in enumerate(rows) if row is None]
         if missing:
-            fresh = self._own_rows(self._read_rows(positions[missing]))
-            self.cache.put_many([(int(positions[j]), row) for j, row in zip(missing, fresh)])
-            for j, row in zip(missing, fresh):
-                rows[j] = row
+            wanted = np.unique(positions[missing])  # sorted, once each: files are read forward
+            fresh = dict(zip(wanted.tolist(), self._read_rows(wanted)))
+            self._cache_rows(list(fresh.items()))
+            for j in missing:
+                rows[j] = fresh[keys[j]]
         # Fresh dicts, so a caller that adds or replaces a key does not change the cached row.
         return [dict(row) if isinstance(row, dict) else row for row in rows]
 
-    def _own_rows(self, rows: list[Any]) -> list[Any]:
-        """Rows to cache: subclasses whose rows view a batch's buffer copy them here, so that a cached row holds
-        (and is counted by) its own bytes only, not the whole batch's."""
-        return rows
+    def _cache_rows(self, items: list[tuple[int, Any]]) -> None:
+        """Cache freshly read ``(index, row)`` pairs; subclasses whose rows view one read's buffer override this
+        to cache them with ``ByteBudgetLRU.put_shared`` (no copy per row, and the bytes held still counted)."""
+        self.cache.put_many(items)
 
     # -- process-local state --------------------------------------------------------------------------
 
