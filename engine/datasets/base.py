@@ -114,18 +114,19 @@ class FileDataset(Dataset):
         rows = self.cache.get_many(keys)
         missing = [j for j, row in enumerate(rows) if row is None]
         if missing:
-            wanted = np.unique(positions[missing])  # sorted, once each: files are read forward
-            fresh = dict(zip(wanted.tolist(), self._read_rows(wanted)))
-            self._cache_rows(list(fresh.items()))
+            wanted = sorted({keys[j] for j in missing})  # once each, in file order
+            fresh = self._read_rows(np.array(wanted, dtype=np.int64))
+            self._cache_rows(wanted, fresh)
+            by_index = dict(zip(wanted, fresh))
             for j in missing:
-                rows[j] = fresh[keys[j]]
+                rows[j] = by_index[keys[j]]
         # Fresh dicts, so a caller that adds or replaces a key does not change the cached row.
         return [dict(row) if isinstance(row, dict) else row for row in rows]
 
-    def _cache_rows(self, items: list[tuple[int, Any]]) -> None:
-        """Cache freshly read ``(index, row)`` pairs; subclasses whose rows view one read's buffer override this
-        to cache them with ``ByteBudgetLRU.put_shared`` (no copy per row, and the bytes held still counted)."""
-        self.cache.put_many(items)
+    def _cache_rows(self, indices: list[int], rows: list[Any]) -> None:
+        """Cache the freshly read ``rows`` at ``indices``; subclasses whose rows view one read's buffer override
+        this to cache them with ``ByteBudgetLRU.put_shared`` (no copy per row, and the bytes held still counted)."""
+        self.cache.put_many(list(zip(indices, rows)))
 
     # -- process-local state --------------------------------------------------------------------------
 

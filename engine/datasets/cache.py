@@ -15,6 +15,7 @@ from engine._checks import check_int
 
 __all__ = ["ByteBudgetLRU", "sizeof"]
 
+_MISSING = object()
 _NUMBER_BYTES = 8
 """Bytes counted for a Python int, float or bool: its value, not the object around it."""
 
@@ -35,7 +36,10 @@ def sizeof(value: Any) -> int:
     if kind is str:  # the common types first, by exact type: this runs once per cached row
         return len(value) if value.isascii() else len(value.encode())  # isascii() is O(1) in CPython
     if kind is dict:
-        return sum([sizeof(item) for item in value.values()])
+        total = 0
+        for item in value.values():  # a string value (a text row) without a call of its own
+            total += len(item) if type(item) is str and item.isascii() else sizeof(item)
+        return total
     if isinstance(value, torch.Tensor):
         return value.nbytes
     if isinstance(value, np.ndarray):
@@ -80,7 +84,10 @@ class ByteBudgetLRU:
     def __init__(self, max_bytes: int) -> None:
         check_int("max_bytes", max_bytes, minimum=0, hint=" (a byte budget)")
         self.max_bytes = max_bytes
-        self._items: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        # Values and sizes in two maps, not a (value, size) tuple per entry: one object fewer per cached row for
+        # the garbage collector to track.
+        self._items: OrderedDict[Hashable, Any] = OrderedDict()
+        self._sizes: dict[Hashable, int] = {}
         self._shared: dict[Hashable, _SharedBuffer] = {}  # key -> the buffer its value views (put_shared)
         self._lock = threading.Lock()
         self._nbytes = 0
@@ -89,25 +96,23 @@ class ByteBudgetLRU:
     def get(self, key: Hashable, default: Any = None) -> Any:
         """The value under ``key`` (now the most recently used), or ``default``; counts a hit or a miss."""
         with self._lock:
-            item = self._items.get(key)
-            if item is None:
+            value = self._items.get(key, _MISSING)
+            if value is _MISSING:
                 self.misses += 1
                 return default
             self._items.move_to_end(key)
             self.hits += 1
-            return item[0]
+            return value
 
     def get_many(self, keys: Sequence[Hashable]) -> list[Any]:
         """``[get(key) for key in keys]`` (None for a miss) under one lock: a batch's lookups at once."""
         items, found = self._items, []
         with self._lock:
             for key in keys:
-                item = items.get(key)
-                if item is None:
-                    found.append(None)
-                else:
+                value = items.get(key)
+                if value is not None:
                     items.move_to_end(key)
-                    found.append(item[0])
+                found.append(value)
             hits = len(found) - found.count(None)
             self.hits += hits
             self.misses += len(found) - hits
@@ -133,8 +138,14 @@ class ByteBudgetLRU:
         knows them (default :func:`sizeof` of each value)."""
         sizes = [sizeof(value) for _, value in items] if sizes is None else sizes
         with self._lock:
-            for (key, value), size in zip(items, sizes):
-                self._put(key, value, int(size))
+            held, held_sizes = self._items, self._sizes
+            for (key, value), size in zip(items, map(int, sizes)):
+                if key not in held and self._nbytes + size <= self.max_bytes:  # a new key that fits: no eviction
+                    held[key] = value
+                    held_sizes[key] = size
+                    self._nbytes += size
+                else:
+                    self._put(key, value, size)
 
     def put_shared(self, items: Sequence[tuple[Hashable, Any]], own: Callable[[Any], Any],
                    sizes: Sequence[int] | None = None) -> None:
@@ -160,25 +171,26 @@ class ByteBudgetLRU:
                 elif not self._put(key, value, size):  # too big to hold, but its bytes would live on in the buffer
                     self._split(buffer)
                 elif buffer.split:  # this put evicted (or replaced) a value of the same buffer
-                    self._items[key] = (own(value), size)
+                    self._items[key] = own(value)
                 else:
                     self._shared[key] = buffer
                     buffer.keys.append(key)
 
     def _put(self, key: Hashable, value: Any, size: int) -> bool:
-        old = self._items.pop(key, None)
-        if old is not None:
-            self._nbytes -= old[1]
+        if key in self._items:
+            del self._items[key]
+            self._nbytes -= self._sizes.pop(key)
             self._leave(key)
         if size > self.max_bytes:
             self.rejected += 1
             return False
         while self._nbytes + size > self.max_bytes:
-            evicted_key, (_, evicted) = self._items.popitem(last=False)
-            self._nbytes -= evicted
+            evicted_key, _ = self._items.popitem(last=False)
+            self._nbytes -= self._sizes.pop(evicted_key)
             self.evictions += 1
             self._leave(evicted_key)
-        self._items[key] = (value, size)
+        self._items[key] = value
+        self._sizes[key] = size
         self._nbytes += size
         return True
 
@@ -197,8 +209,7 @@ class ByteBudgetLRU:
         for key in buffer.keys:
             if shared.get(key) is buffer:
                 del shared[key]
-                value, size = items[key]
-                items[key] = (buffer.own(value), size)  # an existing key keeps its place in the order
+                items[key] = buffer.own(items[key])  # an existing key keeps its place in the order
 
     def __contains__(self, key: Hashable) -> bool:
         """Membership without touching recency or counters."""
@@ -222,6 +233,7 @@ class ByteBudgetLRU:
         """Drop every item; the counters are kept."""
         with self._lock:
             self._items.clear()
+            self._sizes.clear()
             self._shared.clear()
             self._nbytes = 0
 

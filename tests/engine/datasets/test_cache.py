@@ -88,7 +88,7 @@ class TestByteBudgetLRU:
             else:
                 cache.get(key)
             assert cache.nbytes <= 1000
-            assert cache.nbytes == sum(sizeof(value) for value, _ in cache._items.values())
+            assert cache.nbytes == sum(sizeof(value) for value in cache._items.values())
 
     def test_zero_budget_caches_nothing(self):
         cache = ByteBudgetLRU(0)
@@ -114,7 +114,7 @@ class TestByteBudgetLRU:
             thread.join()
         stats = cache.stats()
         assert stats["nbytes"] <= 500 and stats["hits"] + stats["misses"] > 0
-        assert stats["nbytes"] == sum(len(value) for value, _ in cache._items.values())
+        assert stats["nbytes"] == sum(len(value) for value in cache._items.values())
 
     def test_pickles_as_an_empty_cache_with_the_same_budget(self):
         cache = ByteBudgetLRU(64)
@@ -144,7 +144,7 @@ class TestByteBudgetLRU:
 def held_bytes(cache):
     """The bytes the cache's tensors really keep alive: each distinct storage once, whatever views it."""
     storages = {}
-    for value, _ in cache._items.values():
+    for value in cache._items.values():
         for tensor in value.values() if isinstance(value, dict) else [value]:
             storages[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
     return sum(storages.values())
@@ -219,8 +219,9 @@ class TestSharedBuffers:
             else:
                 cache.get(key)
             assert cache.nbytes <= budget and cache.nbytes == held_bytes(cache)
-            assert cache.nbytes == sum(sizeof(value) for value, _ in cache._items.values())
-            assert all(bool((value == expected[key]).all()) for key, (value, _) in cache._items.items())
+            assert cache.nbytes == sum(sizeof(value) for value in cache._items.values())
+            assert cache._sizes.keys() == cache._items.keys() and cache.nbytes == sum(cache._sizes.values())
+            assert all(bool((value == expected[key]).all()) for key, value in cache._items.items())
 
 
 class TestCachedDataset:
