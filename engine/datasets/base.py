@@ -115,18 +115,19 @@ class FileDataset(Dataset):
         missing = [j for j, row in enumerate(rows) if row is None]
         if missing:
             wanted = sorted({keys[j] for j in missing})  # once each, in file order
-            fresh = self._read_rows(np.array(wanted, dtype=np.int64))
-            self._cache_rows(wanted, fresh)
+            indices = np.array(wanted, dtype=np.int64)
+            fresh = self._read_rows(indices)
+            self._cache_rows(indices, fresh)
             by_index = dict(zip(wanted, fresh))
             for j in missing:
                 rows[j] = by_index[keys[j]]
         # Fresh dicts, so a caller that adds or replaces a key does not change the cached row.
         return [dict(row) if isinstance(row, dict) else row for row in rows]
 
-    def _cache_rows(self, indices: list[int], rows: list[Any]) -> None:
+    def _cache_rows(self, indices: np.ndarray, rows: list[Any]) -> None:
         """Cache the freshly read ``rows`` at ``indices``; subclasses whose rows view one read's buffer override
         this to cache them with ``ByteBudgetLRU.put_shared`` (no copy per row, and the bytes held still counted)."""
-        self.cache.put_many(list(zip(indices, rows)))
+        self.cache.put_many(list(zip(indices.tolist(), rows)))
 
     # -- process-local state --------------------------------------------------------------------------
 

@@ -106,14 +106,15 @@ class ByteBudgetLRU:
 
     def get_many(self, keys: Sequence[Hashable]) -> list[Any]:
         """``[get(key) for key in keys]`` (None for a miss) under one lock: a batch's lookups at once."""
-        items, found = self._items, []
+        items = self._items
         with self._lock:
-            for key in keys:
-                value = items.get(key)
-                if value is not None:
-                    items.move_to_end(key)
-                found.append(value)
+            found = list(map(items.get, keys))
             hits = len(found) - found.count(None)
+            if hits:  # refresh recency in the order asked, as get() one by one would
+                move_to_end = items.move_to_end
+                for key, value in zip(keys, found):
+                    if value is not None:
+                        move_to_end(key)
             self.hits += hits
             self.misses += len(found) - hits
         return found
@@ -136,16 +137,18 @@ class ByteBudgetLRU:
     def put_many(self, items: Sequence[tuple[Hashable, Any]], sizes: Sequence[int] | None = None) -> None:
         """``put(key, value)`` for each pair, in order, under one lock; ``sizes`` their sizes when the caller
         knows them (default :func:`sizeof` of each value)."""
-        sizes = [sizeof(value) for _, value in items] if sizes is None else sizes
+        sizes = [sizeof(value) for _, value in items] if sizes is None else [int(size) for size in sizes]
+        keys = [key for key, _ in items]
         with self._lock:
-            held, held_sizes = self._items, self._sizes
-            for (key, value), size in zip(items, map(int, sizes)):
-                if key not in held and self._nbytes + size <= self.max_bytes:  # a new key that fits: no eviction
-                    held[key] = value
-                    held_sizes[key] = size
-                    self._nbytes += size
-                else:
-                    self._put(key, value, size)
+            total = sum(sizes)
+            if self._nbytes + total <= self.max_bytes and len(set(keys)) == len(keys) and \
+                    self._items.keys().isdisjoint(keys):  # new keys that all fit: no eviction, insert at once
+                self._items.update(items)
+                self._sizes.update(zip(keys, sizes))
+                self._nbytes += total
+                return
+            for (key, value), size in zip(items, sizes):
+                self._put(key, value, size)
 
     def put_shared(self, items: Sequence[tuple[Hashable, Any]], own: Callable[[Any], Any],
                    sizes: Sequence[int] | None = None) -> None:

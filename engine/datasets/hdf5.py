@@ -136,10 +136,10 @@ class HDF5Dataset(FileDataset):
         columns = {key: torch.from_numpy(np.asarray(data[start:stop])) for key, data in self._datasets().items()}
         return _rows(columns)
 
-    def _cache_rows(self, indices: list[int], rows: list[dict[str, torch.Tensor]]) -> None:
+    def _cache_rows(self, indices: np.ndarray, rows: list[dict[str, torch.Tensor]]) -> None:
         # The rows view the column arrays of one read: cache them as they are, each counted by its own bytes
         # (every row of a read has the same shapes); a row is copied out only if it outlives a neighbour.
-        self.cache.put_shared(list(zip(indices, rows)), _own_row, [sizeof(rows[0])] * len(rows))
+        self.cache.put_shared(list(zip(indices.tolist(), rows)), _own_row, [sizeof(rows[0])] * len(rows))
 
     def _load_all(self) -> None:
         self._columns = {key: torch.from_numpy(np.asarray(data[()])) for key, data in self._datasets().items()}

@@ -73,6 +73,25 @@ class TestByteBudgetLRU:
         cache.put_many([("d", b"78"), ("e", b"90")])  # the lookups left c least recently used
         assert cache.keys() == ["b", "a", "d", "e"] and cache.nbytes == 8 and cache.stats()["evictions"] == 1
 
+    @settings(max_examples=80, deadline=None)
+    @given(st.lists(st.tuples(st.booleans(), st.lists(st.tuples(st.integers(0, 12), st.integers(0, 9)), max_size=8)),
+                    max_size=12), st.integers(0, 40))
+    def test_batched_calls_equal_calls_one_by_one(self, calls, budget):
+        """put_many (at once when new keys fit, else one by one) and get_many leave the cache, its order and its
+        counters as put() and get() one at a time would, repeated keys and evictions included."""
+        batched, single = ByteBudgetLRU(budget), ByteBudgetLRU(budget)
+        for is_put, pairs in calls:
+            if is_put:
+                items = [(key, b"x" * size) for key, size in pairs]
+                batched.put_many(items)
+                for key, value in items:
+                    single.put(key, value)
+            else:
+                keys = [key for key, _ in pairs]
+                assert batched.get_many(keys) == [single.get(key) for key in keys]
+            assert batched.keys() == single.keys() and batched.stats() == single.stats()
+            assert list(batched._items.items()) == list(single._items.items())
+
     def test_explicit_nbytes_is_used(self):
         cache = ByteBudgetLRU(10)
         cache.put("a", object(), nbytes=6)
