@@ -11,8 +11,8 @@ import numpy as np
 import torch
 
 from engine.datasets.base import DEFAULT_BLOCK_ROWS, DEFAULT_CACHE_BYTES, FileDataset
-from engine.datasets.cache import sizeof
 from engine.datasets.modes import LoadingMode
+from engine.datasets.sizes import sizeof
 from engine.datasets.streaming import StreamingMixin
 
 __all__ = ["HDF5Dataset", "StreamingHDF5Dataset"]
