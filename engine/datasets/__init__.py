@@ -6,10 +6,11 @@ They are torch Datasets, so they go wherever data does: ``UniversalDataModule(tr
 """
 
 from engine.datasets.base import DEFAULT_BLOCK_ROWS, DEFAULT_CACHE_BYTES, FileDataset
-from engine.datasets.cache import ByteBudgetLRU, sizeof
+from engine.datasets.cache import ByteBudgetLRU
 from engine.datasets.hdf5 import HDF5Dataset, StreamingHDF5Dataset
 from engine.datasets.image_folder import IMAGE_EXTENSIONS, ImageFolderDataset, StreamingImageFolderDataset
 from engine.datasets.modes import LoadingMode, resolve_mode
+from engine.datasets.sizes import sizeof
 from engine.datasets.streaming import ShardIterator, StreamingMixin, shard_blocks
 from engine.datasets.text_files import StreamingTextFileDataset, TextFileDataset
 

@@ -110,20 +110,24 @@ class FileDataset(Dataset):
         return positions
 
     def _cached_rows(self, positions: np.ndarray) -> list[Any]:
-        rows = self.cache.get_many(positions.tolist())
+        keys = positions.tolist()
+        rows = self.cache.get_many(keys)
         missing = [j for j, row in enumerate(rows) if row is None]
         if missing:
-            fresh = self._own_rows(self._read_rows(positions[missing]))
-            self.cache.put_many([(int(positions[j]), row) for j, row in zip(missing, fresh)])
-            for j, row in zip(missing, fresh):
-                rows[j] = row
+            wanted = sorted({keys[j] for j in missing})  # once each, in file order
+            indices = np.array(wanted, dtype=np.int64)
+            fresh = self._read_rows(indices)
+            self._cache_rows(indices, fresh)
+            by_index = dict(zip(wanted, fresh))
+            for j in missing:
+                rows[j] = by_index[keys[j]]
         # Fresh dicts, so a caller that adds or replaces a key does not change the cached row.
         return [dict(row) if isinstance(row, dict) else row for row in rows]
 
-    def _own_rows(self, rows: list[Any]) -> list[Any]:
-        """Rows to cache: subclasses whose rows view a batch's buffer copy them here, so that a cached row holds
-        (and is counted by) its own bytes only, not the whole batch's."""
-        return rows
+    def _cache_rows(self, indices: np.ndarray, rows: list[Any]) -> None:
+        """Cache the freshly read ``rows`` at ``indices``; subclasses whose rows view one read's buffer override
+        this to cache them with ``ByteBudgetLRU.put_shared`` (no copy per row, and the bytes held still counted)."""
+        self.cache.put_many(list(zip(indices.tolist(), rows)))
 
     # -- process-local state --------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ import torch
 
 from engine.datasets.base import DEFAULT_BLOCK_ROWS, DEFAULT_CACHE_BYTES, FileDataset
 from engine.datasets.modes import LoadingMode
+from engine.datasets.sizes import sizeof
 from engine.datasets.streaming import StreamingMixin
 
 __all__ = ["HDF5Dataset", "StreamingHDF5Dataset"]
@@ -135,8 +136,10 @@ class HDF5Dataset(FileDataset):
         columns = {key: torch.from_numpy(np.asarray(data[start:stop])) for key, data in self._datasets().items()}
         return _rows(columns)
 
-    def _own_rows(self, rows: list[dict[str, torch.Tensor]]) -> list[dict[str, torch.Tensor]]:
-        return [{key: value.clone() for key, value in row.items()} for row in rows]
+    def _cache_rows(self, indices: np.ndarray, rows: list[dict[str, torch.Tensor]]) -> None:
+        # The rows view the column arrays of one read: cache them as they are, each counted by its own bytes
+        # (every row of a read has the same shapes); a row is copied out only if it outlives a neighbour.
+        self.cache.put_shared(list(zip(indices.tolist(), rows)), _own_row, [sizeof(rows[0])] * len(rows))
 
     def _load_all(self) -> None:
         self._columns = {key: torch.from_numpy(np.asarray(data[()])) for key, data in self._datasets().items()}
@@ -161,6 +164,11 @@ def _rows(columns: dict[str, torch.Tensor], positions: torch.Tensor | None = Non
         columns = {key: column[positions] for key, column in columns.items()}
     keys = list(columns)
     return [dict(zip(keys, values)) for values in zip(*(column.unbind(0) for column in columns.values()))]
+
+
+def _own_row(row: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A copy of ``row`` whose tensors hold their own memory, not the buffer of the read they came from."""
+    return {key: value.clone() for key, value in row.items()}
 
 
 class StreamingHDF5Dataset(StreamingMixin, HDF5Dataset):

@@ -118,6 +118,14 @@ class TextFileDataset(FileDataset):
                 texts[position] = self._decode(chunk, index)
         return [{"text": text} for text in texts]
 
+    def _cache_rows(self, indices: np.ndarray, rows: list[dict[str, str]]) -> None:
+        if codecs.lookup(self.encoding).name not in ("utf-8", "ascii"):
+            super()._cache_rows(indices, rows)
+            return
+        # A document decoded from UTF-8 (or ASCII) bytes re-encodes to those bytes, so its byte span is its size.
+        spans = self._spans[indices]
+        self.cache.put_many(list(zip(indices.tolist(), rows)), (spans[:, 1] - spans[:, 0]).tolist())
+
     def _load_all(self) -> None:
         lengths = self._spans[:, 1] - self._spans[:, 0]
         self._offsets = np.concatenate([[0], np.cumsum(lengths)])

@@ -63,3 +63,52 @@ def test_a_stream_batch_seed_is_unchanged():
     digest = hashlib.blake2b(b"7", digest_size=8)
     reference_hash_into(digest, rows, max_elements=256)
     assert content_seed(7, rows) == int.from_bytes(digest.digest(), "little") & ((1 << 63) - 1)
+
+
+def _column(kind, n, shape, dtype):
+    """``n`` values of one column of a batch: equal-shaped tensors or arrays (the stacked path), scalars, or
+    tensors of varying shapes (value by value)."""
+    values = (torch.arange(n * int(np.prod(shape))) % 7).to(dtype).reshape(n, *shape)
+    if kind == "tensor":
+        return list(values.unbind(0))
+    if kind == "array":
+        return list(values.numpy())
+    if kind == "scalar":
+        return [[3, "river", 2.5, None, True][i % 5] for i in range(n)]
+    return [torch.arange(i % 3 + 1).to(dtype) for i in range(n)]  # "ragged"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 9), st.dictionaries(
+    st.sampled_from(["images", "labels", "text", 1, "1", "ids"]),
+    st.tuples(st.sampled_from(["tensor", "array", "scalar", "ragged"]), st.sampled_from([(), (3,), (2, 3, 300), (0,)]),
+              st.sampled_from([torch.uint8, torch.int64, torch.float32, torch.bool])), min_size=1, max_size=4),
+    st.sampled_from([None, 256]))
+def test_a_batch_of_dict_rows_hashes_as_its_rows_one_by_one(n, spec, max_elements):
+    """Rows sharing keys take the column-stacked path; its digest is the reference's, for tensor, array, scalar
+    and ragged columns, keys whose str() collide (1 and '1'), empty and 0-d values, strided and whole."""
+    columns = {key: _column(kind, n, shape, dtype) for key, (kind, shape, dtype) in spec.items()}
+    rows = [{key: values[i] for key, values in columns.items()} for i in range(n)]
+    for value in (rows, tuple(rows)):
+        ours, reference = hashlib.blake2b(digest_size=8), hashlib.blake2b(digest_size=8)
+        hash_into(ours, value, max_elements=max_elements)
+        reference_hash_into(reference, value, max_elements=max_elements)
+        assert ours.digest() == reference.digest()
+
+
+def test_rows_whose_keys_or_kinds_differ_hash_as_the_reference():
+    """Rows with other keys, keys in another order, a mixed column (tensor and scalar, two dtypes) or a non-dict
+    row fall back to row by row, with the reference's digest."""
+    cases = [
+        [{"a": torch.arange(3), "b": 1}, {"b": 2, "a": torch.arange(3)}],
+        [{"a": torch.arange(3)}, {"a": torch.arange(3), "c": 0}],
+        [{"a": torch.arange(3)}, {"a": 7}],
+        [{"a": torch.arange(3)}, {"a": torch.arange(3, dtype=torch.int32)}],
+        [{"a": torch.arange(3)}, OrderedDict(a=torch.arange(3))],
+        [{"a": torch.ones(2, requires_grad=True)}, {"a": torch.zeros(2, requires_grad=True)}],
+    ]
+    for rows in cases:
+        ours, reference = hashlib.blake2b(digest_size=8), hashlib.blake2b(digest_size=8)
+        hash_into(ours, rows, max_elements=256)
+        reference_hash_into(reference, rows, max_elements=256)
+        assert ours.digest() == reference.digest(), rows

@@ -117,6 +117,53 @@ class TestStreamingDataset:
             DataLoaderFactory().create_dataloader(HDF5Dataset(h5_ids, mode="streaming"),
                                                   DataLoaderConfig(shuffle=True))
 
+    @pytest.mark.parametrize("workers", [0, 2])
+    def test_a_loader_resumed_mid_block_reads_the_rest_of_that_block_only(self, h5_ids, workers, monkeypatch):
+        from engine import DataLoaderConfig, DataLoaderFactory
+
+        context = "fork" if workers else None
+        config = DataLoaderConfig(batch_size=4, num_workers=workers, multiprocessing_context=context)
+        loader = DataLoaderFactory().create_dataloader(HDF5Dataset(h5_ids, mode="streaming", block_rows=8), config)
+        batches = iter(loader)
+        seen = [next(batches)["y2"] for _ in range(3)]  # 12 rows: inside a block of 8 in either case
+        state = loader.state_dict()
+        reads = []
+        original = HDF5Dataset._read_range
+        monkeypatch.setattr(HDF5Dataset, "_read_range", lambda self, a, b: reads.append((a, b)) or original(self, a, b))
+        resumed = DataLoaderFactory().create_dataloader(HDF5Dataset(h5_ids, mode="streaming", block_rows=8), config)
+        resumed.load_state_dict(state)
+        ids = torch.cat(seen + [batch["y2"] for batch in resumed]).tolist()
+        assert sorted(ids) == list(range(ROWS))  # each row once: none lost, none repeated
+        if workers == 0:
+            assert ids == list(range(ROWS)) and reads == [(12, 16), (16, 24), (24, 32), (32, 37)]
+
+    def test_stream_batch_seeds_follow_the_rows_whatever_the_workers(self, h5_ids):
+        """The factory seeds each stream batch from its rows (engine.rng.content_seed, hashed column by column):
+        the generators are those of the rows, the same with 0 or 2 workers."""
+        from engine import DataLoaderConfig, DataLoaderFactory
+        from engine.rng import content_seed, generator_from
+
+        draws = {}
+        for workers in (0, 2):
+            config = DataLoaderConfig(batch_size=8, num_workers=workers, seed=5, collate_fn=DrawingCollate(),
+                                      multiprocessing_context="fork" if workers else None)
+            stream = HDF5Dataset(h5_ids, mode="streaming", block_rows=8)
+            draws[workers] = [(batch["y2"].tolist(), int(batch["draw"]))
+                              for batch in DataLoaderFactory().create_dataloader(stream, config)]
+        assert draws[0] == draws[2]
+        rows = HDF5Dataset(h5_ids)
+        for ids, draw in draws[0]:
+            seed = content_seed(5, rows.__getitems__(ids))
+            assert draw == int(torch.randint(0, 2**62, (1,), generator=generator_from(seed)))
+
+
+class DrawingCollate:
+    """Stacks ``y2`` and draws one number from the batch's generator (to see which seed the batch got)."""
+
+    def __call__(self, rows, generator=None):
+        return {"y2": torch.stack([row["y2"] for row in rows]),
+                "draw": torch.randint(0, 2**62, (1,), generator=generator)}
+
 
 class TestRanks:
     def test_ranks_split_the_rows_and_workers_split_each_rank(self, h5_ids, monkeypatch, load):

@@ -8,7 +8,7 @@ import torch
 from collators import TextCollator
 from demo.sample_data import build_tokenizer
 from engine import UniversalDataModule
-from engine.datasets import LoadingMode, StreamingTextFileDataset, TextFileDataset
+from engine.datasets import LoadingMode, StreamingTextFileDataset, TextFileDataset, sizeof
 from engine.datasets import text_files as text_files_module
 from task_spec import TaskSpec
 
@@ -68,6 +68,17 @@ class TestLines:
         ds = TextFileDataset(corpus, mode="cached")
         ds[1]
         assert ds.cache.nbytes == len("zweite Zeile: ünïcödé ✓".encode())
+
+    @pytest.mark.parametrize(("encoding", "unit"), [("utf-8", "line"), ("utf-8", "file"), ("UTF8", "line"),
+                                                    ("ascii", "line"), ("latin-1", "line")])
+    def test_cached_sizes_are_the_encoded_bytes_in_every_encoding(self, tmp_path, encoding, unit):
+        """UTF-8 and ASCII documents are sized by their byte spans, the others by sizeof: the same numbers."""
+        second = {"utf": "grüße ✓", "lat": "grüße", "asc": "gruesse"}[encoding.lower()[:3]]
+        data = "\n".join(["plain", second]).encode(encoding) + b"\r\ncrlf line\n" + b"x" * 40
+        (tmp_path / "a.txt").write_bytes(data)
+        ds = TextFileDataset(tmp_path / "a.txt", mode="cached", encoding=encoding, unit=unit)
+        rows = ds.__getitems__([i for i in [2, 0, 3, 1] if i < len(ds)])
+        assert ds.cache.nbytes == sum(sizeof(row) for row in rows) == sum(len(r["text"].encode()) for r in rows)
 
 
 class TestFiles:
