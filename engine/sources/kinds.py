@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
-from torch.utils.data import Dataset, TensorDataset
+from torch.utils.data import Dataset
 
 
 def is_hf_dataset_dict(data: Any) -> bool:
@@ -38,13 +37,6 @@ class TupleRows(Dataset):
 
     def __len__(self) -> int:
         return len(self.dataset)
-
-    def __getitems__(self, indices: list[int]) -> list[dict[str, Any]]:
-        """The rows at ``indices``; a ``TensorDataset``'s tensors are read with one gather each."""
-        if type(self.dataset) is not TensorDataset or len(self.dataset.tensors) != len(self.fields):
-            return [self[index] for index in indices]
-        columns = [gather(tensor, indices) for tensor in self.dataset.tensors]
-        return [dict(zip(self.fields, values)) for values in zip(*columns)]
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         row = self.dataset[index]
@@ -91,33 +83,13 @@ def is_column_dict(data: Any, spec: Any) -> bool:
     return any(key in (*spec.input_fields, spec.target_field) for key in data)
 
 
-def gather(column: Any, indices: list[int]) -> list[Any]:
-    """``[column[i] for i in indices]``, with one indexing call for a tensor or numpy column (a batch of images is
-    one gather, not one Python call per row); the values are those of ``column[i]``, in a copy."""
-    if isinstance(column, torch.Tensor) and column.ndim > 0:
-        return list(column[torch.as_tensor(indices, dtype=torch.long)].unbind(0))
-    if isinstance(column, np.ndarray) and column.ndim > 0:
-        return list(column[np.asarray(indices, dtype=np.int64)])
-    getitems = getattr(column, "__getitems__", None)
-    return list(getitems(indices)) if callable(getitems) else [column[index] for index in indices]
-
-
-class ColumnRows(torch.utils.data.StackDataset):
-    """Equal-length columns as rows ``{key: column[i]}`` without copying them (torch's ``StackDataset``); a batch of
-    rows reads each tensor or numpy column with one gather."""
-
-    def __getitems__(self, indices: list[int]) -> list[dict[str, Any]]:
-        columns = {key: gather(column, indices) for key, column in self.datasets.items()}
-        return [dict(zip(columns, values)) for values in zip(*columns.values())]
-
-
-def columns_dataset(columns: dict[str, Any]) -> ColumnRows:
-    """Equal-length columns as rows ``{key: column[i]}``, batches read column-wise (:class:`ColumnRows`)."""
+def columns_dataset(columns: dict[str, Any]) -> Any:
+    """Equal-length columns as rows ``{key: column[i]}`` without copying them (torch's ``StackDataset``)."""
     lengths = {key: len(column) for key, column in columns.items()}
     if len(set(lengths.values())) > 1:
         raise ValueError(f"the columns should have equal lengths, but got {lengths}; give one value "
                          f"per row under each key")
-    return ColumnRows(**columns)
+    return torch.utils.data.StackDataset(**columns)
 
 
 VALIDATION_NAMES = ("validation", "val", "valid", "dev", "eval")
