@@ -169,8 +169,8 @@ class VisionCollator:
             )
 
     def _images_and_labels(self, rows: Sequence[Any]) -> tuple[list[Any], list[Any]]:
-        """The image of each row and its label (:data:`MISSING` where it has none); dict rows without a per-row
-        call each, the common case."""
+        """The image of each row and its label (:data:`MISSING` where it has none). Plain dict rows, the common case,
+        are read by two list comprehensions; other rows go through :meth:`_split` one by one."""
         field, target = self.input_field, self.target_field
         if all(type(row) is dict and field in row for row in rows):
             images = [row[field] for row in rows]
