@@ -1,14 +1,17 @@
-"""The per-batch CPU cost of our loading path, stage by stage: 64 rows from a flat buffer and from Arrow.
+"""The per-batch CPU cost of our loading path, stage by stage: 64 rows from a flat buffer, from Arrow, and 64 uint8
+images (3x32x32, ``TaskSpec.vision_tiny()``) from a torch Dataset of dict rows and from a dict of column tensors.
 
 Stages, each timed alone on the same batches (best of several repeats, single thread): sampling (the batch
 sampler's indices, seed derivation excluded), seed derivation (``batch_seed`` and the batch's generator), fetch
-(``__getitems__`` and the columns it hands over), collate (``TextCollator`` without value checks), value checks
-(the difference with ``check_values=True``), and the whole ``num_workers=0`` loader per batch, whose excess over
-the stages is the loader's own glue. The floor is a copy of the finished batch's tensors (a memcpy).
+(``__getitems__`` and the columns it hands over), collate (``TextCollator`` or ``VisionCollator`` without value
+checks), value checks (the difference with ``check_values=True``, or with ``num_classes`` for labels), and the whole
+``num_workers=0`` loader per batch, whose excess over the stages is the loader's own glue. The floor is a copy of
+the finished batch's tensors (a memcpy).
 
 Where a stage has a "before", the anchor column holds it: the row path these batches took before the columns
 path (per-row views of the buffer, or ``datasets``' row dicts, then the collator on rows), on the same rows and
-with the same result (checked).
+with the same result (checked). For images, collation is compared with the usual recipe: torchvision v2 transforms
+per image (``ToDtype`` + ``Normalize``) then ``default_collate``, equal bit for bit (checked).
 
 Run: ``PYTHONPATH=. python -m benchmarks.bench_loader_stages [--quick]`` or ``python -m benchmarks --only
 loader_stages``.
@@ -26,7 +29,10 @@ import torch
 from benchmarks._harness import best_seconds, check_same, format_table, machine, tokenizer
 from benchmarks.bench_hf_epoch import SPEC as ARROW_SPEC
 from benchmarks.bench_hf_epoch import build_dataset
+from benchmarks.bench_step_overhead import ImageRows
+from benchmarks.bench_vision import PerSampleFloat
 from collators.text import TextCollator
+from collators.vision import VisionCollator
 from engine.module import UniversalDataModule
 from engine.rng import batch_seed, generator_from
 from engine.sampling.seeded import SeededBatchSampler
@@ -57,8 +63,14 @@ def _row(case: str, stage: str, ours_s: float, *, anchor: str = "-", anchor_s: f
 
 
 def per_batch(function: Callable[[list[int]], Any], batches: list[list[int]], repeats: int) -> float:
-    """Best over ``repeats`` of the mean seconds of ``function`` over ``batches``."""
-    return best_seconds(lambda: [function(batch) for batch in batches], repeats=repeats) / len(batches)
+    """Best over ``repeats`` of the mean seconds of ``function`` over ``batches``. Each result is dropped before the
+    next call, as a loop drops its batch: kept, every output would be fresh memory (page faults on each batch)."""
+
+    def calls() -> None:
+        for batch in batches:
+            function(batch)
+
+    return best_seconds(calls, repeats=repeats) / len(batches)
 
 
 def stages(case: str, dm: UniversalDataModule, *, repeats: int) -> list[dict[str, Any]]:
@@ -68,15 +80,7 @@ def stages(case: str, dm: UniversalDataModule, *, repeats: int) -> list[dict[str
     sampler = SeededBatchSampler(len(source), BATCH, shuffle=True, seed=0)
     batches = [list(batch) for batch in sampler][:100]
     seeds = [batch_seed(0, 1, batch) for batch in batches]
-
-    def sample() -> None:
-        for _ in sampler:
-            pass
-
-    epoch_batches = len(sampler)
-    sampling = best_seconds(sample, repeats=repeats) / epoch_batches
-    seeding = per_batch(lambda batch: generator_from(batch_seed(0, 1, batch)), batches, repeats)
-    sampling_only = max(sampling - per_batch(lambda batch: batch_seed(0, 1, batch), batches, repeats), 0.0)
+    sampling_only, seeding = _sampling_and_seeding(sampler, batches, repeats)
     fetched = {tuple(batch): source.__getitems__(batch) for batch in batches}
     fetch = per_batch(lambda batch: source.__getitems__(batch).to_columns(), batches, repeats)
     fetch_rows = per_batch(lambda batch: list(source.fetch_rows(batch)), batches, repeats)
@@ -89,14 +93,7 @@ def stages(case: str, dm: UniversalDataModule, *, repeats: int) -> list[dict[str
     collate = per_batch(lambda batch: unchecked.collate_columns(columns[tuple(batch)]), batches, repeats)
     checked = per_batch(lambda batch: collator.collate_columns(columns[tuple(batch)]), batches, repeats)
     collate_rows = per_batch(lambda batch: collator(rows[tuple(batch)]), batches, repeats)
-    loader = dm.train_dataloader()
-    count = len(loader)
-
-    def epoch() -> None:
-        for _ in loader:
-            pass
-
-    whole = best_seconds(epoch, repeats=repeats) / count
+    whole = _whole_loader(dm, repeats)
     outputs = [collator.collate_columns(columns[tuple(batch)]) for batch in batches]
     floor = per_batch(lambda batch: {key: value.clone() for key, value in outputs[0].items()}, batches[:1], repeats)
     parts = sampling_only + seeding + fetch + checked
@@ -114,10 +111,81 @@ def stages(case: str, dm: UniversalDataModule, *, repeats: int) -> list[dict[str
     ]
 
 
+def image_stages(case: str, dm: UniversalDataModule, *, repeats: int) -> list[dict[str, Any]]:
+    """The stages of a batch of images. Collation has no "before" path left to run: its anchor is the usual recipe
+    (torchvision v2 per image, then ``default_collate``), checked equal bit for bit first."""
+    dm.setup()
+    source, collator = dm.datasets["train"], dm.collator
+    unchecked = VisionCollator(mean=collator.mean, std=collator.std, input_field=collator.input_field,
+                               target_field=collator.target_field)
+    recipe = PerSampleFloat(collator.mean, collator.std)
+    sampler = SeededBatchSampler(len(source), BATCH, shuffle=True, seed=0)
+    batches = [list(batch) for batch in sampler][:100]
+    sampling_only, seeding = _sampling_and_seeding(sampler, batches, repeats)
+    rows = {tuple(batch): source.__getitems__(batch) for batch in batches}
+    for index, batch in enumerate(rows.values()):
+        check_same(collator(batch), recipe(batch), ["pixel_values", "labels"], f"{NAME} {case} batch {index}")
+    fetch = per_batch(lambda batch: source.__getitems__(batch), batches, repeats)
+    collate = per_batch(lambda batch: unchecked(rows[tuple(batch)]), batches, repeats)
+    checked = per_batch(lambda batch: collator(rows[tuple(batch)]), batches, repeats)
+    collate_recipe = per_batch(lambda batch: recipe(rows[tuple(batch)]), batches, repeats)
+    whole = _whole_loader(dm, repeats)
+    output = collator(rows[tuple(batches[0])])
+    floor = per_batch(lambda batch: {key: value.clone() for key, value in output.items()}, batches[:1], repeats)
+    parts = sampling_only + seeding + fetch + checked
+    recipe_name = "torchvision v2 per image + default_collate"
+    return [
+        _row(case, "sampling (indices of a batch)", sampling_only),
+        _row(case, "seed derivation (batch_seed + generator)", seeding),
+        _row(case, "fetch (rows of 64 images)", fetch),
+        _row(case, "collate (no value checks)", collate, anchor=recipe_name, anchor_s=collate_recipe),
+        _row(case, "value checks (labels in num_classes)", max(checked - collate, 0.0)),
+        _row(case, "fetch + collate + checks", fetch + checked, anchor=f"fetch + {recipe_name}",
+             anchor_s=fetch + collate_recipe),
+        _row(case, "whole loader per batch, workers=0", whole, note=f"glue {max(whole - parts, 0.0) * 1e3:.3f} ms"),
+        _row(case, "floor: copy of the finished batch", floor),
+    ]
+
+
+def _sampling_and_seeding(sampler: SeededBatchSampler, batches: list[list[int]], repeats: int) -> tuple[float, float]:
+    """Seconds per batch of drawing indices (seed derivation excluded) and of deriving the batch's generator."""
+
+    def sample() -> None:
+        for _ in sampler:
+            pass
+
+    sampling = best_seconds(sample, repeats=repeats) / len(sampler)
+    seeding = per_batch(lambda batch: generator_from(batch_seed(0, 1, batch)), batches, repeats)
+    return max(sampling - per_batch(lambda batch: batch_seed(0, 1, batch), batches, repeats), 0.0), seeding
+
+
+def _whole_loader(dm: UniversalDataModule, repeats: int) -> float:
+    """Seconds per batch of a whole pass of the module's training loader."""
+    loader = dm.train_dataloader()
+
+    def epoch() -> None:
+        for _ in loader:
+            pass
+
+    return best_seconds(epoch, repeats=repeats) / len(loader)
+
+
+def image_modules(rows: int) -> list[tuple[str, UniversalDataModule]]:
+    """uint8 images as a torch Dataset of dict rows (labels Python ints) and as a dict of columns (0-d tensors)."""
+    data = ImageRows(rows)
+    columns = {"pixel_values": data.images, "labels": torch.arange(rows) % 4}
+    options = dict(task_spec=TaskSpec.vision_tiny(), batch_size=BATCH, seed=0)
+    return [("images uint8 Dataset", UniversalDataModule(data, **options)),
+            ("images dict of columns", UniversalDataModule(columns, **options))]
+
+
 def run(quick: bool = False) -> list[dict[str, Any]]:
     rows, repeats = (3_200, 3) if quick else (12_800, 5)
-    return stages("tokens List[Tensor]", token_module(rows), repeats=repeats) + \
+    out = stages("tokens List[Tensor]", token_module(rows), repeats=repeats) + \
         stages("HF Arrow", arrow_module(rows), repeats=repeats)
+    for case, dm in image_modules(rows):
+        out += image_stages(case, dm, repeats=repeats)
+    return out
 
 
 if __name__ == "__main__":

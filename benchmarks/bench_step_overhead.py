@@ -14,13 +14,13 @@ with ``DataCollatorWithPadding`` (text) or per-image torchvision transforms + ``
 and 2 workers (timed on their first 60 steps per round, against the memory loop's time for as many). Before
 timing, every mode of ours must give the batches of ``num_workers=0``, bit for bit.
 
-Run: ``PYTHONPATH=. python -m benchmarks.bench_step_overhead [--quick]`` or ``python -m benchmarks --only
-step_overhead``.
+Run: ``PYTHONPATH=. python -m benchmarks.bench_step_overhead [--quick] [--only tokens|arrow|images ...]`` or
+``python -m benchmarks --only step_overhead``.
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -177,11 +177,22 @@ def measure(case: str, data: Any, options: dict[str, Any], anchor: Callable[[int
     return rows
 
 
-def run(quick: bool = False) -> list[dict[str, Any]]:
-    token_rows, arrow_rows, image_rows, repeats = (4_000, 3_200, 3_200, 3) if quick else (20_000, 6_400, 6_400, 3)
-    out = []
-    for case, build, rows in (("tokens List[Tensor]", token_case, token_rows), ("HF Arrow", arrow_case, arrow_rows),
-                              ("images uint8", image_case, image_rows)):
+CASES = {"tokens": ("tokens List[Tensor]", token_case), "arrow": ("HF Arrow", arrow_case),
+         "images": ("images uint8", image_case)}
+"""``--only`` name -> (case, builder)."""
+
+
+def run(quick: bool = False, only: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """Rows of the table for every case, or for the cases named in ``only`` (keys of :data:`CASES`)."""
+    sizes = {"tokens": 4_000, "arrow": 3_200, "images": 3_200} if quick else \
+        {"tokens": 20_000, "arrow": 6_400, "images": 6_400}
+    names = list(CASES) if only is None else list(only)
+    unknown = [name for name in names if name not in CASES]
+    if unknown:
+        raise ValueError(f"only should name cases among {list(CASES)}, but got {unknown}")
+    repeats, out = 3, []
+    for name in names:
+        (case, build), rows = CASES[name], sizes[name]
         data, options, anchor = build(rows)
         step = calibrate_step()  # per case: the load of a shared machine changes what 10 ms of matmuls is
         out += measure(case, data, options, anchor, steps=rows // BATCH, repeats=repeats, step=step)
@@ -189,6 +200,10 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
 
 
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer rows")
+    parser.add_argument("--only", action="append", choices=list(CASES), help="run only this case (repeatable)")
+    args = parser.parse_args()
     torch.set_num_threads(1)
     print("\n".join(machine()))
-    print(format_table(run(quick="--quick" in sys.argv)))
+    print(format_table(run(quick=args.quick, only=args.only)))

@@ -27,8 +27,8 @@ TARGET = ">= 20x cheaper host collate than per-sample float Normalize; equal wit
 class PerSampleFloat:
     """The anchor: torchvision transforms per image (as in a Dataset's __getitem__), then default_collate."""
 
-    def __init__(self) -> None:
-        self.transform = T.Compose([T.ToDtype(torch.float32, scale=True), T.Normalize(MEAN, STD)])
+    def __init__(self, mean: tuple[float, ...] = MEAN, std: tuple[float, ...] = STD) -> None:
+        self.transform = T.Compose([T.ToDtype(torch.float32, scale=True), T.Normalize(mean, std)])
 
     def __call__(self, rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         return default_collate([{"pixel_values": self.transform(row["pixel_values"]), "labels": row["labels"]}

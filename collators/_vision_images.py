@@ -1,4 +1,5 @@
-"""Images to tensors for the vision collator: one CHW tensor per image, the float range check, normalization.
+"""Images to tensors for the vision collator: one stack for plain tensor images, else one CHW tensor per image;
+the float range check, normalization.
 
 Scaling and normalization use ``torchvision.transforms.v2.functional`` (``to_image``, ``to_dtype(scale=True)``,
 ``normalize``), applied once to the stacked batch rather than per image.
@@ -77,6 +78,22 @@ def check_float_range(pixels: torch.Tensor, floats: Sequence[int], key: str) -> 
         f"row {index}: float {key!r} should hold values in [0, 1] (give or take {FLOAT_TOLERANCE} of resizing "
         f"overshoot), but got {key} with min={row_low:.4g}, max={row_high:.4g}; {hint}"
     )
+
+
+def stack_plain(images: list[Any]) -> torch.Tensor | None:
+    """One ``torch.stack`` of ``images`` when every one is a plain CHW tensor of one dtype (uint8 or floating) and
+    one shape, the common case, which needs nothing per image; None sends the caller to :func:`to_chw` per image
+    (numpy, PIL, 2-D, tensor subclasses, mixed dtypes or shapes), which also names any offending row."""
+    first = images[0]
+    if type(first) is not torch.Tensor or first.ndim != 3:
+        return None
+    dtype, shape = first.dtype, first.shape
+    if dtype != torch.uint8 and not dtype.is_floating_point:
+        return None
+    for image in images:
+        if type(image) is not torch.Tensor or image.dtype != dtype or image.shape != shape:
+            return None
+    return torch.stack(images)
 
 
 def stats(name: str, values: Sequence[float]) -> tuple[float, ...]:

@@ -92,6 +92,11 @@ def collate_labels(labels: Sequence[Any], *, key: str, num_classes: int | None =
         ValueError: Some rows lack a label, a label holds more than one value, or lies outside the classes.
         TypeError: A label is not a number.
     """
+    out = _plain_labels(labels)
+    if out is not None:
+        if num_classes is not None and out.dtype == torch.int64:
+            _check_classes(out, key, num_classes)
+        return out
     values: list[int | float] = []
     for index, label in enumerate(labels):
         if label is MISSING:
@@ -120,6 +125,20 @@ def collate_labels(labels: Sequence[Any], *, key: str, num_classes: int | None =
     if num_classes is not None and dtype == torch.int64:
         _check_classes(out, key, num_classes)
     return out
+
+
+def _plain_labels(labels: Sequence[Any]) -> torch.Tensor | None:
+    """The labels of the common cases in one call, as the per-label path gives them: Python ints (not bools), or
+    0-d tensors of one real dtype (a column's values); None for anything else."""
+    first = labels[0]
+    if type(first) is int:
+        return torch.tensor(labels, dtype=torch.int64) if all(type(label) is int for label in labels) else None
+    if type(first) is not torch.Tensor or first.ndim != 0 or first.dtype.is_complex or first.dtype == torch.uint64:
+        return None  # uint64 values past int64 must raise as in the per-label path, not wrap
+    dtype = first.dtype
+    if not all(type(label) is torch.Tensor and label.ndim == 0 and label.dtype == dtype for label in labels):
+        return None
+    return torch.stack(list(labels)).to(torch.float32 if dtype.is_floating_point else torch.int64)
 
 
 def _check_classes(labels: torch.Tensor, key: str, num_classes: int, ignore: int = -100) -> None:

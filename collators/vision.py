@@ -19,6 +19,7 @@ from collators._vision_images import (
     RESIZE_FIX,
     check_float_range,
     normalize_batch,
+    stack_plain,
     stats,
     to_chw,
 )
@@ -104,26 +105,61 @@ class VisionCollator:
         self.normalize, self.normalization = bool(normalize), normalization
         self.input_field, self.target_field = input_field, target_field
         self.grayscale_to_rgb, self.keep_uint8 = bool(grayscale_to_rgb), bool(keep_uint8)
+        # torchvision's normalize makes these from the lists on every call: [C, 1, 1] float32, made once here
+        self._mean_tensor = torch.tensor(self.mean, dtype=torch.float32).view(-1, 1, 1)
+        self._std_tensor = torch.tensor(self.std, dtype=torch.float32).view(-1, 1, 1)
 
     def __call__(self, rows: Sequence[Any], generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
         """Collate ``rows``; ``generator`` is accepted for the collator contract and unused (nothing is random)."""
         if len(rows) == 0:
             raise ValueError("VisionCollator got an empty list of rows; a batch needs at least one row")
-        images, labels = [], []
-        for index, row in enumerate(rows):
-            image, label = self._split(row, index)
-            image = to_chw(image, index, self.input_field)
-            if self.grayscale_to_rgb and image.shape[0] == 1:
-                image = image.expand(3, -1, -1)
-            images.append(image)
-            labels.append(label)
+        images, labels = self._images_and_labels(rows)
+        stacked = stack_plain(images)  # plain CHW tensors of one dtype and shape: one stack, nothing per image
+        if stacked is None or (self.grayscale_to_rgb and stacked.shape[1] == 1) or (
+                self.keep_uint8 and stacked.dtype != torch.uint8):
+            stacked, floats = self._stack_each(images)
+        else:
+            self._check_channels(stacked.shape[1])
+            floats = [] if stacked.dtype == torch.uint8 else list(range(len(images)))
+        if self.keep_uint8:
+            batch = {self.input_field: stacked}
+        else:
+            # The stack is a copy, so the in-place scaling and normalize below never reach the caller's rows.
+            pixels = TF.to_dtype(stacked, torch.float32, scale=True)
+            if floats:
+                check_float_range(pixels, floats, self.input_field)
+            if self.normalize:  # the ops of torchvision's normalize, with the statistics made once
+                pixels = pixels.sub_(self._mean_tensor).div_(self._std_tensor)
+            batch = {self.input_field: pixels}
+        if any(label is not MISSING for label in labels):
+            batch[str(self.target_field)] = collate_labels(labels, key=str(self.target_field),
+                                                           num_classes=self.num_classes)
+        return add_extra_keys(batch, rows, {self.input_field, str(self.target_field)})
+
+    def _stack_each(self, images: list[Any]) -> tuple[torch.Tensor, list[int]]:
+        """The per-image path: each image to CHW (numpy, PIL, 2-D, mixed dtypes), checked, then stacked; returns the
+        stack (uint8 when every image is, else float32 with uint8 images scaled) and the rows that were float."""
+        images = [to_chw(image, index, self.input_field) for index, image in enumerate(images)]
+        if self.grayscale_to_rgb:
+            images = [image.expand(3, -1, -1) if image.shape[0] == 1 else image for image in images]
         for index, image in enumerate(images):
             if image.shape != images[0].shape:
                 raise ValueError(
                     f"row {index}: {self.input_field!r} has shape {tuple(image.shape)} but row 0 has shape "
                     f"{tuple(images[0].shape)}; {RESIZE_FIX}"
                 )
-        channels = images[0].shape[0]
+        self._check_channels(images[0].shape[0])
+        floats = [index for index, image in enumerate(images) if image.dtype != torch.uint8]
+        if self.keep_uint8 and floats:
+            raise TypeError(
+                f"row {floats[0]}: keep_uint8=True needs uint8 images, but {self.input_field!r} is "
+                f"{images[floats[0]].dtype}; pass keep_uint8=False or convert the images to uint8"
+            )
+        if floats:
+            images = [TF.to_dtype(image, torch.float32, scale=True) for image in images]
+        return torch.stack(images), floats
+
+    def _check_channels(self, channels: int) -> None:
         if self.normalize and channels != len(self.mean):
             source = f"normalization={self.normalization!r}" if self.normalization else "mean/std"
             raise ValueError(
@@ -131,30 +167,19 @@ class VisionCollator:
                 f"({source}); pass grayscale_to_rgb=True to repeat a single channel, mean/std with {channels} "
                 f"value(s), or normalize=False"
             )
-        all_uint8 = all(image.dtype == torch.uint8 for image in images)
-        if self.keep_uint8:
-            if not all_uint8:
-                index = next(i for i, image in enumerate(images) if image.dtype != torch.uint8)
-                raise TypeError(
-                    f"row {index}: keep_uint8=True needs uint8 images, but {self.input_field!r} is "
-                    f"{images[index].dtype}; pass keep_uint8=False or convert the images to uint8"
-                )
-            batch = {self.input_field: torch.stack(images)}
-        else:
-            # Stacking copies, so the in-place normalize below never reaches the caller's rows.
-            floats = [index for index, image in enumerate(images) if image.dtype != torch.uint8]
-            if floats:
-                images = [TF.to_dtype(image, torch.float32, scale=True) for image in images]
-            pixels = TF.to_dtype(torch.stack(images), torch.float32, scale=True)
-            if floats:
-                check_float_range(pixels, floats, self.input_field)
-            if self.normalize:
-                pixels = TF.normalize(pixels, list(self.mean), list(self.std), inplace=True)
-            batch = {self.input_field: pixels}
-        if any(label is not MISSING for label in labels):
-            batch[str(self.target_field)] = collate_labels(labels, key=str(self.target_field),
-                                                           num_classes=self.num_classes)
-        return add_extra_keys(batch, rows, {self.input_field, str(self.target_field)})
+
+    def _images_and_labels(self, rows: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+        """The image of each row and its label (:data:`MISSING` where it has none). Plain dict rows, the common case,
+        are read by two list comprehensions; other rows go through :meth:`_split` one by one."""
+        field, target = self.input_field, self.target_field
+        if all(type(row) is dict and field in row for row in rows):
+            images = [row[field] for row in rows]
+            if target is None:
+                return images, [MISSING] * len(rows)
+            labels = [row.get(target) for row in rows]
+            return images, [MISSING if label is None else label for label in labels]
+        pairs = [self._split(row, index) for index, row in enumerate(rows)]
+        return [image for image, _ in pairs], [label for _, label in pairs]
 
     def normalize_on_device(self, pixel_values: torch.Tensor) -> torch.Tensor:
         """Finish a ``keep_uint8`` batch wherever it lives: scale to [0, 1], then normalize if ``normalize``."""

@@ -63,6 +63,18 @@ class TestSameBatches:
         for _ in range(2):
             assert [fingerprint(b) for b in thread] == [fingerprint(b) for b in plain]
 
+    @pytest.mark.parametrize("columns", [False, True], ids=["dataset_rows", "dict_of_columns"])
+    def test_image_batches_equal_workers_0_in_threads_and_workers(self, columns):
+        # the vision collator's batch path and the column gather, in a thread and in worker processes
+        images = torch.randint(0, 256, (40, 3, 8, 8), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
+        labels = torch.arange(40) % 4
+        data = {"pixel_values": images, "labels": labels} if columns else torch.utils.data.StackDataset(
+            pixel_values=list(images), labels=labels.tolist())
+        options = dict(task_spec=TaskSpec.vision_tiny(), batch_size=8, seed=5)
+        reference = run(UniversalDataModule(data, **options), 10)
+        assert run(UniversalDataModule(data, num_threads=1, **options), 10) == reference
+        assert run(UniversalDataModule(data, num_workers=2, **options), 10) == reference
+
     def test_evaluation_loaders_read_every_row_once_in_order(self):
         plain, thread = module(0, val_split=12), threaded(val_split=12)
         assert isinstance(thread.val_dataloader(), ThreadLoader)
