@@ -7,6 +7,7 @@ of them are truncated and padded identically.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -75,15 +76,16 @@ class PaddingLayout:
         self.length = int(length)
         self.padding_side = padding_side
         given = lengths.numpy() if isinstance(lengths, torch.Tensor) else np.asarray(lengths)
-        self._given = given.astype(np.int64, copy=False)
+        self._given = given if given.dtype == np.int64 else given.astype(np.int64)
         kept = np.minimum(self._given, self.length)
         self.lengths = torch.from_numpy(kept)
         """Kept length of each row."""
-        self._positions = np.arange(self.length, dtype=np.int64)
+        self._positions = _positions(self.length)
         # Where each row's first kept element lands: 0 for right padding (None), after the padding for left.
         self._shift = None if padding_side == "right" else self.length - kept
-        mask = self._positions < kept[:, None] if self._shift is None else self._positions >= self._shift[:, None]
-        self.mask = torch.from_numpy(mask)
+        self._mask = self._positions < kept[:, None] if self._shift is None else (
+            self._positions >= self._shift[:, None])
+        self.mask = torch.from_numpy(self._mask)
         """Boolean ``[batch, length]``: True at real (kept) elements, False at padding."""
         self._padding: np.ndarray | None = None
 
@@ -91,7 +93,7 @@ class PaddingLayout:
     def padding(self) -> np.ndarray:
         """Boolean numpy ``[batch, length]``: True at padding (the negation of :attr:`mask`, computed once)."""
         if self._padding is None:
-            self._padding = ~self.mask.numpy()
+            self._padding = ~self._mask
         return self._padding
 
     def repad(self, source: np.ndarray, pad_value: float | int, *, out: np.ndarray) -> np.ndarray:
@@ -152,19 +154,29 @@ class PaddingLayout:
         first = starts if self._shift is None else starts - self._shift  # where position 0 of each row reads
         target = out.numpy() if target is None else target
         windows = _windows(values, self.length)
+        edges = False
         if windows is None:
             gathered = np.take(values, first[:, None] + self._positions, mode="clip")
         else:  # row i is windows[first[i]], one contiguous copy per row; rows whose window leaves values: below
-            outside = (first < 0) | (first >= len(windows))
-            gathered = windows[np.clip(first, 0, len(windows) - 1) if outside.any() else first]
+            edges = bool(np.minimum.reduce(first) < 0 or np.maximum.reduce(first) >= len(windows))
+            gathered = windows[np.clip(first, 0, len(windows) - 1) if edges else first]
         np.copyto(target, gathered, casting="unsafe")
-        if windows is not None and outside.any():
+        if edges:
+            outside = (first < 0) | (first >= len(windows))
             shift = self._shift if self._shift is not None else np.zeros_like(starts)
             for row in np.flatnonzero(outside).tolist():  # only rows at the very start or end of values
                 start, kept, at = int(starts[row]), int(self.lengths[row]), int(shift[row])
                 target[row, at:at + kept] = values[start:start + kept]
         target[self.padding] = pad_value  # reads outside a row are padded over
         return out
+
+
+@functools.lru_cache(maxsize=64)
+def _positions(width: int) -> np.ndarray:
+    """``arange(width)`` as int64, made once per width (read-only: it is shared)."""
+    positions = np.arange(width, dtype=np.int64)
+    positions.flags.writeable = False
+    return positions
 
 
 def _windows(values: np.ndarray, width: int) -> np.ndarray | None:

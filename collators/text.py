@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from collators import _text_options as opts
@@ -177,9 +178,11 @@ class TextCollator:
             flat, lengths, consumed = self._input_ids(inputs)
         else:  # spans of a token buffer: padded straight from it, reading only the kept tokens
             lengths, consumed = torch.from_numpy(spans.lengths), set()
-        width = padded_length(int(lengths.max()), max_length=self.max_length, padding=self.padding,
+        longest = int(lengths.max()) if spans is None else int(np.maximum.reduce(spans.lengths))
+        width = padded_length(longest, max_length=self.max_length, padding=self.padding,
                               buckets=self.pad_to_buckets, pad_to_multiple_of=self.pad_to_multiple_of)
-        layout = PaddingLayout(lengths, length=width, padding_side=self.padding_side)
+        layout = PaddingLayout(lengths if spans is None else spans.lengths, length=width,
+                               padding_side=self.padding_side)
         target = target_key(self, inputs)
         slots = output_slots(slot_keys(self.task_type, self.target_field, inputs.keys, target is not None), layout)
         if spans is None:
