@@ -159,8 +159,15 @@ class PaddingLayout:
             gathered = np.take(values, first[:, None] + self._positions, mode="clip")
         else:  # row i is windows[first[i]], one contiguous copy per row; rows whose window leaves values: below
             edges = bool(np.minimum.reduce(first) < 0 or np.maximum.reduce(first) >= len(windows))
-            gathered = windows[np.clip(first, 0, len(windows) - 1) if edges else first]
-        np.copyto(target, gathered, casting="unsafe")
+            rows = np.clip(first, 0, len(windows) - 1) if edges else first
+            if values.flags.writeable and values.dtype == target.dtype:  # torch copies whole rows (memcpy per row)
+                # (torch.from_numpy would warn on a read-only buffer, which numpy then reads instead)
+                torch.index_select(torch.from_numpy(windows), 0, torch.from_numpy(rows), out=out)
+                gathered = None
+            else:
+                gathered = windows[rows]
+        if gathered is not None:
+            np.copyto(target, gathered, casting="unsafe")
         if edges:
             outside = (first < 0) | (first >= len(windows))
             shift = self._shift if self._shift is not None else np.zeros_like(starts)
