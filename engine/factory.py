@@ -18,7 +18,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from collators.default import DefaultCollator
 from engine.config import DataLoaderConfig
-from engine.loader import PassAwareLoader, ResumableLoader
+from engine.loader import PassAwareLoader, ResumableLoader, WorkerCollate
 from engine.pipeline import ThreadLoader
 from engine.rng import derive_seed, generator_from, seed_worker
 from engine.sampling.base import EpochBatchSampler, EpochHandle
@@ -67,7 +67,8 @@ class DataLoaderFactory:
             raise TypeError(f"config should be a DataLoaderConfig, but got {type(config).__name__}")
         kwargs, _ = config.resolve()
         seed = config.seed if config.seed is not None else secrets.randbits(31)
-        collate = SeededCollate(
+        # in worker processes, the batch's tensors cross to the parent in one shared buffer (see WorkerCollate)
+        collate = (WorkerCollate if kwargs["num_workers"] else SeededCollate)(
             config.collate_fn if config.collate_fn is not None else DefaultCollator(),
             content_seed_from=seed if isinstance(dataset, IterableDataset) else None,
         )

@@ -8,12 +8,17 @@
 from __future__ import annotations
 
 import signal
+import time
 from typing import Any
 
+import torch
 import torch.distributed as dist
+from torch.utils.data import get_worker_info
+from torch.utils.data._utils import signal_handling
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from engine.distributed import stop_together
+from engine.seeded_collate import SeededCollate
 from engine.sources.bad_rows import SkipReport, WithSkippedRows
 from engine.state import ITERATOR_FINISHED, sampler_state_of, saved_num_workers
 
@@ -66,6 +71,7 @@ class ResumableLoader(KeepsDroppedPass, StatefulDataLoader):
         except RuntimeError as error:  # a worker died while the pass started its workers (torch's SIGCHLD handler)
             if not str(error).startswith("DataLoader worker"):
                 raise
+            stop_workers(raising_iterator(error))
             raise RuntimeError(worker_death(getattr(self.dataset, "role", "data"), [], error)) from error
         return checked(batches, self)
 
@@ -149,10 +155,20 @@ class CheckedBatches:
                 self._report.check_cap(self._split, len(self._in_pass), self._rows_in_pass, self._in_pass)
                 batch = batch.batch
             return batch
-        except RuntimeError as error:
-            if not str(error).startswith("DataLoader worker"):
+        except (RuntimeError, OSError, EOFError) as error:
+            if isinstance(error, RuntimeError) and not str(error).startswith("DataLoader worker"):
                 raise
-            raise RuntimeError(worker_death(self._split, getattr(self._batches, "_workers", []), error)) from error
+            workers = getattr(self._batches, "_workers", [])
+            unregister_workers(self._batches)  # from here on, torch's SIGCHLD handler raises nothing for this pass
+            if not isinstance(error, RuntimeError):  # a batch whose worker died before its shared memory was fetched
+                dead = dead_workers(workers)
+                if not dead:
+                    raise
+                error = RuntimeError(f"DataLoader worker (pid(s) {', '.join(str(w.pid) for w in dead)}) exited "
+                                     f"before its batch was received: {type(error).__name__}: {error}")
+            message = worker_death(self._split, workers, error)
+            stop_workers(self._batches)
+            raise RuntimeError(message) from error
 
     def __len__(self) -> int:
         return len(self._batches)
@@ -161,6 +177,44 @@ class CheckedBatches:
         if name == "_batches":  # not yet set (a copy being built): no recursion
             raise AttributeError(name)
         return getattr(self._batches, name)
+
+
+def dead_workers(workers: list[Any], wait: float = 2.0) -> list[Any]:
+    """The worker processes that have exited, waiting up to ``wait`` seconds for one that is being killed."""
+    deadline = time.monotonic() + wait
+    while True:
+        dead = [worker for worker in workers if worker.exitcode is not None]
+        if dead or time.monotonic() > deadline:
+            return dead
+        time.sleep(0.01)
+
+
+def raising_iterator(error: BaseException) -> Any:
+    """The loader iterator whose construction raised ``error`` (the ``self`` of a frame of its traceback), if any."""
+    traceback = error.__traceback__
+    while traceback is not None:
+        candidate = traceback.tb_frame.f_locals.get("self")
+        if callable(getattr(candidate, "_shutdown_workers", None)):
+            return candidate
+        traceback = traceback.tb_next
+    return None
+
+
+def unregister_workers(iterator: Any) -> None:
+    """Take the pids of ``iterator``'s workers out of torch's SIGCHLD handler, which raises for a dead registered
+    worker wherever the main thread is: a signal that arrives after the death was named would raise again, later,
+    in unrelated code."""
+    if getattr(iterator, "_worker_pids_set", False):
+        signal_handling._remove_worker_pids(id(iterator))
+        iterator._worker_pids_set = False
+
+
+def stop_workers(iterator: Any) -> None:
+    """Shut down the workers of a pass that lost one, their pids unregistered first (:func:`unregister_workers`)."""
+    unregister_workers(iterator)
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if shutdown is not None:
+        shutdown()
 
 
 def worker_death(split: str, workers: list[Any], error: Exception) -> str:
@@ -178,3 +232,60 @@ def worker_death(split: str, workers: list[Any], error: Exception) -> str:
             f"often stopped by the out-of-memory killer: lower num_workers, prefetch_factor or batch_size. A row "
             f"that crashes its process (a decoder's segfault) cannot be left out by on_error; find it with "
             f"num_workers=0")
+
+
+class WorkerCollate(SeededCollate):
+    """:class:`SeededCollate` for worker processes: the batch's tensors cross to the parent in one buffer.
+
+    torch hands each tensor of a batch over by its own shared-memory block, and with the default
+    ``file_descriptor`` strategy the parent fetches every block's descriptor from the worker in a socket round trip
+    (``rebuild_storage_fd``): with three tensors a batch, three round trips on the step's path. Here a batch of
+    plain tensors (a dict, list or tuple of them) is copied into one block, split into views with the same dtypes,
+    shapes and strides, so one round trip rebuilds the whole batch. In the parent (``num_workers=0``, checks that
+    call the collate function) it is :class:`SeededCollate` itself.
+    """
+
+    def __call__(self, rows: list[Any]) -> Any:
+        batch = super().__call__(rows)
+        if get_worker_info() is None:
+            return batch
+        if type(batch) is WithSkippedRows:
+            return WithSkippedRows(one_buffer(batch.batch), batch.skipped)
+        return one_buffer(batch)
+
+
+_ALIGN = 64
+"""Bytes each tensor's start is aligned to in the shared buffer (a cache line; enough for every dtype)."""
+
+
+def one_buffer(batch: Any) -> Any:
+    """``batch`` with its tensors as views of one shared-memory block, when it is a dict, list or tuple of two or
+    more plain, dense, contiguous CPU tensors; else ``batch`` unchanged (torch then shares each tensor alone)."""
+    if type(batch) is dict:
+        tensors = list(batch.values())
+    elif type(batch) in (list, tuple):
+        tensors = list(batch)
+    else:
+        return batch
+    if len(tensors) < 2 or not all(_plain(tensor) for tensor in tensors):
+        return batch
+    offsets, total = [], 0
+    for tensor in tensors:
+        total = -(-total // _ALIGN) * _ALIGN
+        offsets.append(total)
+        total += tensor.numel() * tensor.element_size()
+    base = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(max(total, 1)))
+    views = []
+    for tensor, offset in zip(tensors, offsets):
+        size = tensor.numel() * tensor.element_size()
+        view = base[offset:offset + size].view(tensor.dtype).as_strided(tensor.shape, tensor.stride())
+        views.append(view.copy_(tensor))
+    if type(batch) is dict:
+        return dict(zip(batch, views))
+    return type(batch)(views)
+
+
+def _plain(value: Any) -> bool:
+    return (type(value) is torch.Tensor and value.device.type == "cpu" and value.layout == torch.strided
+            and value.is_contiguous() and not value.requires_grad and not value.is_quantized
+            and not value.is_conj() and not value.is_neg())
