@@ -7,6 +7,7 @@ same batches of 64 (the first ``steps`` batches of ``num_workers=0``), against t
   batch (fresh copies of its tensors, as a collator makes), so the worker does nothing but hand it over;
 - ``torch floor, one buffer``: the same, each batch's tensors copied into one shared block first (``one_buffer``);
 - ``torch floor, an int``: a worker that hands over an int: the queue and wake-ups alone, no tensors;
+- ``torch floor, file_system``: the worker shares by file name (no socket round trip per block), for comparison;
 - ``ours, a block per tensor``: our loader at ``num_workers=1/2`` with the plain ``SeededCollate`` (before);
 - ``ours``: our loader as the factory builds it (``WorkerCollate``: one shared block per batch).
 
@@ -45,9 +46,10 @@ PROFILED = {
     "rebuild_storage_fd": ("torch/multiprocessing/reductions.py", "rebuild_storage_fd"),
     "torchdata snapshots": ("stateful_dataloader.py", "_take_snapshot"),
     "torchdata main state": ("stateful_dataloader.py", "_get_main_state"),
-    "our wrapper": ("engine/loader.py", "__next__"),
+    "our wrapper (own time)": ("engine/loader.py", "__next__"),
 }
-"""Functions of the parent's ``next()`` that ``--profile`` times (cumulative ms per batch): (file, function)."""
+"""Functions of the parent's ``next()`` that ``--profile`` times (ms per batch, with what they call; our wrapper's
+own time without): (file, function)."""
 
 
 class Precollated(Dataset):
@@ -77,8 +79,14 @@ class Numbers(Dataset):
         return index
 
 
-def _torch_loader(dataset: Dataset, workers: int) -> DataLoader:
-    return DataLoader(dataset, batch_size=None, num_workers=workers, persistent_workers=True)
+def _torch_loader(dataset: Dataset, workers: int, init: Callable[[int], None] | None = None) -> DataLoader:
+    return DataLoader(dataset, batch_size=None, num_workers=workers, persistent_workers=True, worker_init_fn=init)
+
+
+def file_system_worker(worker_id: int) -> None:
+    """A worker that shares tensors by file name (``file_system``): the parent opens the block itself, with no
+    socket round trip to the worker (the strategy is per process: the parent's own is left alone)."""
+    torch.multiprocessing.set_sharing_strategy("file_system")
 
 
 def _per_tensor(loader: Any) -> Any:
@@ -96,6 +104,9 @@ def configurations(data: Any, options: dict[str, Any], memory: list[Any]) -> dic
         runs[f"ours, a block per tensor, workers={workers}"] = _per_tensor(ours(data, options, mode))
         runs[f"ours, workers={workers}"] = ours(data, options, mode)
     runs["torch floor, an int, workers=1"] = _torch_loader(Numbers(len(memory)), 1)
+    runs["torch floor, file_system, workers=1"] = _torch_loader(Precollated(memory), 1, file_system_worker)
+    runs["torch floor, file_system, one buffer, workers=1"] = _torch_loader(Precollated(memory, packed=True), 1,
+                                                                           file_system_worker)
     return runs
 
 
@@ -123,10 +134,10 @@ def profile_next(loader: Any, steps: int, step: Callable[[], None]) -> dict[str,
         step()
     stats = pstats.Stats(profiler).stats  # {(file, line, name): (calls, primitive, tottime, cumtime, callers)}
     out = {name: 0.0 for name in PROFILED}
-    for (file, _, function), (_, _, _, cumulative, _) in stats.items():
+    for (file, _, function), (_, _, own, cumulative, _) in stats.items():
         for name, (where, wanted) in PROFILED.items():
             if function == wanted and file.endswith(where):
-                out[name] += cumulative / steps * 1e3
+                out[name] += (own if name.startswith("our wrapper") else cumulative) / steps * 1e3
     return out
 
 

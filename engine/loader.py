@@ -260,7 +260,8 @@ _ALIGN = 64
 
 def one_buffer(batch: Any) -> Any:
     """``batch`` with its tensors as views of one shared-memory block, when it is a dict, list or tuple of two or
-    more plain, dense, contiguous CPU tensors; else ``batch`` unchanged (torch then shares each tensor alone)."""
+    more plain, dense, contiguous CPU tensors in more than one block; else ``batch`` unchanged (torch then shares
+    each block alone)."""
     if type(batch) is dict:
         tensors = list(batch.values())
     elif type(batch) in (list, tuple):
@@ -269,6 +270,8 @@ def one_buffer(batch: Any) -> Any:
         return batch
     if len(tensors) < 2 or not all(_plain(tensor) for tensor in tensors):
         return batch
+    if len({tensor.untyped_storage().data_ptr() for tensor in tensors}) == 1:
+        return batch  # already one block (the text collators' views of one buffer): nothing to gain from a copy
     offsets, total = [], 0
     for tensor in tensors:
         total = -(-total // _ALIGN) * _ALIGN
