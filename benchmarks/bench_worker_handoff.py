@@ -7,7 +7,8 @@ same batches of 64 (the first ``steps`` batches of ``num_workers=0``), against t
   batch (fresh copies of its tensors, as a collator makes), so the worker does nothing but hand it over;
 - ``torch floor, one buffer``: the same, each batch's tensors copied into one shared block first (``one_buffer``);
 - ``torch floor, an int``: a worker that hands over an int: the queue and wake-ups alone, no tensors;
-- ``torch floor, file_system``: the worker shares by file name (no socket round trip per block), for comparison;
+- ``torch floor, file_system`` and ``ours, file_system``: the workers share by file name (no socket round trip
+  to the worker per block; the parent registers the block with torch's shm manager instead), for comparison;
 - ``ours, a block per tensor``: our loader at ``num_workers=1/2`` with the plain ``SeededCollate`` (before);
 - ``ours``: our loader as the factory builds it (``WorkerCollate``: one shared block per batch).
 
@@ -36,8 +37,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from benchmarks._harness import format_table, machine
 from benchmarks.bench_step_overhead import BATCH, calibrate_step, image_case, ours, token_case, verify
-from engine.loader import one_buffer
 from engine.seeded_collate import SeededCollate
+from engine.workers.handoff import one_buffer
 
 NAME = "worker_handoff"
 WORKERS = (1, 2)
@@ -89,6 +90,22 @@ def file_system_worker(worker_id: int) -> None:
     torch.multiprocessing.set_sharing_strategy("file_system")
 
 
+class FileSystemWorker:
+    """A loader's ``worker_init_fn``, then :func:`file_system_worker`."""
+
+    def __init__(self, init: Callable[[int], None]) -> None:
+        self.init = init
+
+    def __call__(self, worker_id: int) -> None:
+        self.init(worker_id)
+        file_system_worker(worker_id)
+
+
+def _file_system(loader: Any) -> Any:
+    loader.worker_init_fn = FileSystemWorker(loader.worker_init_fn)
+    return loader
+
+
 def _per_tensor(loader: Any) -> Any:
     """Our loader with the plain ``SeededCollate`` (each tensor its own shared block), as before ``WorkerCollate``."""
     loader.collate_fn = SeededCollate(loader.collate_fn.collate_fn)
@@ -107,6 +124,7 @@ def configurations(data: Any, options: dict[str, Any], memory: list[Any]) -> dic
     runs["torch floor, file_system, workers=1"] = _torch_loader(Precollated(memory), 1, file_system_worker)
     runs["torch floor, file_system, one buffer, workers=1"] = _torch_loader(Precollated(memory, packed=True), 1,
                                                                            file_system_worker)
+    runs["ours, file_system, workers=1"] = _file_system(ours(data, options, {"num_workers": 1}))
     return runs
 
 

@@ -18,7 +18,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from collators.default import DefaultCollator
 from engine.config import DataLoaderConfig
-from engine.loader import PassAwareLoader, ResumableLoader, WorkerCollate
+from engine.loader import PassAwareLoader, ResumableLoader
 from engine.pipeline import ThreadLoader
 from engine.rng import derive_seed, generator_from, seed_worker
 from engine.sampling.base import EpochBatchSampler, EpochHandle
@@ -29,6 +29,7 @@ from engine.sampling.seeded import SeededBatchSampler
 from engine.seeded_collate import SeededCollate
 from engine.sources.adapt import as_source
 from engine.sources.lengths import lengths_of
+from engine.workers.handoff import WorkerCollate
 
 
 class DataLoaderFactory:

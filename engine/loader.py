@@ -11,14 +11,11 @@ import signal
 import time
 from typing import Any
 
-import torch
 import torch.distributed as dist
-from torch.utils.data import get_worker_info
 from torch.utils.data._utils import signal_handling
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from engine.distributed import stop_together
-from engine.seeded_collate import SeededCollate
 from engine.sources.bad_rows import SkipReport, WithSkippedRows
 from engine.state import ITERATOR_FINISHED, sampler_state_of, saved_num_workers
 
@@ -232,63 +229,3 @@ def worker_death(split: str, workers: list[Any], error: Exception) -> str:
             f"often stopped by the out-of-memory killer: lower num_workers, prefetch_factor or batch_size. A row "
             f"that crashes its process (a decoder's segfault) cannot be left out by on_error; find it with "
             f"num_workers=0")
-
-
-class WorkerCollate(SeededCollate):
-    """:class:`SeededCollate` for worker processes: the batch's tensors cross to the parent in one buffer.
-
-    torch hands each tensor of a batch over by its own shared-memory block, and with the default
-    ``file_descriptor`` strategy the parent fetches every block's descriptor from the worker in a socket round trip
-    (``rebuild_storage_fd``): with three tensors a batch, three round trips on the step's path. Here a batch of
-    plain tensors (a dict, list or tuple of them) is copied into one block, split into views with the same dtypes,
-    shapes and strides, so one round trip rebuilds the whole batch. In the parent (``num_workers=0``, checks that
-    call the collate function) it is :class:`SeededCollate` itself.
-    """
-
-    def __call__(self, rows: list[Any]) -> Any:
-        batch = super().__call__(rows)
-        if get_worker_info() is None:
-            return batch
-        if type(batch) is WithSkippedRows:
-            return WithSkippedRows(one_buffer(batch.batch), batch.skipped)
-        return one_buffer(batch)
-
-
-_ALIGN = 64
-"""Bytes each tensor's start is aligned to in the shared buffer (a cache line; enough for every dtype)."""
-
-
-def one_buffer(batch: Any) -> Any:
-    """``batch`` with its tensors as views of one shared-memory block, when it is a dict, list or tuple of two or
-    more plain, dense, contiguous CPU tensors in more than one block; else ``batch`` unchanged (torch then shares
-    each block alone)."""
-    if type(batch) is dict:
-        tensors = list(batch.values())
-    elif type(batch) in (list, tuple):
-        tensors = list(batch)
-    else:
-        return batch
-    if len(tensors) < 2 or not all(_plain(tensor) for tensor in tensors):
-        return batch
-    if len({tensor.untyped_storage().data_ptr() for tensor in tensors}) == 1:
-        return batch  # already one block (the text collators' views of one buffer): nothing to gain from a copy
-    offsets, total = [], 0
-    for tensor in tensors:
-        total = -(-total // _ALIGN) * _ALIGN
-        offsets.append(total)
-        total += tensor.numel() * tensor.element_size()
-    base = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(max(total, 1)))
-    views = []
-    for tensor, offset in zip(tensors, offsets):
-        size = tensor.numel() * tensor.element_size()
-        view = base[offset:offset + size].view(tensor.dtype).as_strided(tensor.shape, tensor.stride())
-        views.append(view.copy_(tensor))
-    if type(batch) is dict:
-        return dict(zip(batch, views))
-    return type(batch)(views)
-
-
-def _plain(value: Any) -> bool:
-    return (type(value) is torch.Tensor and value.device.type == "cpu" and value.layout == torch.strided
-            and value.is_contiguous() and not value.requires_grad and not value.is_quantized
-            and not value.is_conj() and not value.is_neg())

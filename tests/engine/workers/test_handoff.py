@@ -16,8 +16,10 @@ from torch.multiprocessing import reductions
 from torch.utils.data._utils import signal_handling
 
 from engine import UniversalDataModule
-from engine.loader import CheckedBatches, WorkerCollate, one_buffer
+from engine.loader import CheckedBatches
 from engine.seeded_collate import SeededCollate
+from engine.workers import handoff
+from engine.workers.handoff import InlineBatch, WorkerCollate, hand_off, one_buffer
 from task_spec import TaskSpec
 
 DTYPES = (torch.int64, torch.int32, torch.uint8, torch.bool, torch.float32, torch.float16, torch.float64)
@@ -93,17 +95,8 @@ class TestOneBuffer:
     def test_pickled_for_the_parent_it_rebuilds_one_storage_and_the_same_batch(self, monkeypatch):
         batch = {"input_ids": torch.arange(64 * 7).view(64, 7), "attention_mask": torch.ones(64, 7, dtype=torch.int64),
                  "labels": torch.full((64, 7), -100)}
-        rebuilt_storages = []
-
-        def counting(rebuild):
-            def counted(*args):
-                rebuilt_storages.append(args)
-                return rebuild(*args)
-            return counted
-
         per_tensor, packed = bytes(ForkingPickler.dumps(batch)), bytes(ForkingPickler.dumps(one_buffer(batch)))
-        for name in ("rebuild_storage_fd", "rebuild_storage_filename"):  # what unpickling calls, by name
-            monkeypatch.setattr(reductions, name, counting(getattr(reductions, name)))
+        rebuilt_storages = counting_rebuilds(monkeypatch)
         plain = ForkingPickler.loads(per_tensor)
         assert len(rebuilt_storages) == 3  # torch's own hand-off: a shared block (and a round trip) per tensor
         rebuilt = ForkingPickler.loads(packed)
@@ -111,6 +104,61 @@ class TestOneBuffer:
         for key, tensor in batch.items():
             assert_identical(rebuilt[key], tensor)
             assert_identical(plain[key], tensor)
+
+
+def counting_rebuilds(monkeypatch) -> list[tuple]:
+    """The shared-memory blocks that unpickling rebuilds (torch's functions, patched by name after pickling)."""
+    rebuilt: list[tuple] = []
+
+    def counting(rebuild):
+        def counted(*args):
+            rebuilt.append(args)
+            return rebuild(*args)
+        return counted
+
+    for name in ("rebuild_storage_fd", "rebuild_storage_filename"):
+        monkeypatch.setattr(reductions, name, counting(getattr(reductions, name)))
+    return rebuilt
+
+
+class TestHandOff:
+    @settings(max_examples=40, deadline=None)
+    @given(tensor_batches())
+    def test_a_small_batch_crosses_as_bytes_and_unpickles_as_the_same_batch(self, batch):
+        message = bytes(ForkingPickler.dumps(hand_off(batch)))
+        rebuilt = ForkingPickler.loads(message)
+        assert type(rebuilt) is dict and list(rebuilt) == list(batch)
+        for key, tensor in batch.items():
+            assert_identical(rebuilt[key], tensor)
+
+    def test_no_shared_memory_crosses_for_a_small_batch_and_one_block_for_a_large_one(self, monkeypatch):
+        batch = {"pixel_values": torch.randint(0, 256, (64, 3, 32, 32), dtype=torch.uint8),
+                 "labels": torch.arange(64)}
+        small = hand_off(batch)
+        assert type(small) is InlineBatch
+        monkeypatch.setattr(handoff, "INLINE_BYTES", 1024)  # the same batch is now a large one
+        large = hand_off(batch)
+        assert type(large) is dict and len(storages(large)) == 1
+        messages = bytes(ForkingPickler.dumps(small)), bytes(ForkingPickler.dumps(large))
+        rebuilt = counting_rebuilds(monkeypatch)
+        for message, blocks in zip(messages, (0, 1)):
+            del rebuilt[:]
+            received = ForkingPickler.loads(message)
+            assert len(rebuilt) == blocks
+            for key, tensor in batch.items():
+                assert_identical(received[key], tensor)
+
+    @pytest.mark.parametrize("kind", [list, tuple])
+    def test_lists_and_tuples_of_tensors_keep_their_type(self, kind):
+        tensors = kind([torch.arange(6).view(2, 3), torch.ones(4, dtype=torch.bool), torch.tensor(3.5)])
+        received = ForkingPickler.loads(bytes(ForkingPickler.dumps(hand_off(tensors))))
+        assert type(received) is kind
+        for ours, expected in zip(received, tensors):
+            assert_identical(ours, expected)
+
+    def test_a_batch_of_anything_else_is_sent_as_it_is(self):
+        batch = {"input_ids": torch.arange(4), "text": ["a", "b"]}
+        assert hand_off(batch) is batch
 
 
 class TestWorkerCollate:
