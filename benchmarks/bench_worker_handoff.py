@@ -4,13 +4,16 @@ The step is ``bench_step_overhead``'s calibrated 10 ms of single-thread matmuls.
 same batches of 64 (the first ``steps`` batches of ``num_workers=0``), against those batches already in memory:
 
 - ``torch floor``: a plain ``torch`` ``DataLoader(num_workers=1/2)`` whose dataset returns the already-collated
-  batch (fresh copies of its tensors, as a collator makes), so the worker does nothing but hand it over;
-- ``torch floor, one buffer``: the same, each batch's tensors copied into one shared block first (``one_buffer``);
+  batch (fresh copies of its tensors, as a collator makes), so the worker does nothing but hand it over; torch
+  sends each tensor's shared-memory block (one descriptor round trip with the worker each);
+- ``torch floor, one buffer``: the same, the batch's tensors first copied into one shared block (``one_buffer``);
+- ``torch floor, inline``: the same, the batch sent as bytes through the queue's pipe (``hand_off``);
 - ``torch floor, an int``: a worker that hands over an int: the queue and wake-ups alone, no tensors;
-- ``torch floor, file_system`` and ``ours, file_system``: the workers share by file name (no socket round trip
-  to the worker per block; the parent registers the block with torch's shm manager instead), for comparison;
-- ``ours, a block per tensor``: our loader at ``num_workers=1/2`` with the plain ``SeededCollate`` (before);
-- ``ours``: our loader as the factory builds it (``WorkerCollate``: one shared block per batch).
+- ``torch floor, file_system, one buffer``: the worker shares by file name (no round trip with the worker; the
+  parent registers the block with torch's shm manager instead), for comparison;
+- ``ours before``: our loader with the plain ``SeededCollate`` (torch sends each block, as before);
+- ``ours, always one shared block``: our loader sending every batch as one shared block;
+- ``ours``: our loader as the factory builds it (``WorkerCollate``: inline up to 1 MiB, else one shared block).
 
 Columns: overhead = (loop over the loader - loop over memory) / loop over memory, the median over alternating
 rounds (each configuration once per round); ``next ms`` = the median time the step waits in ``next()`` (the
@@ -33,12 +36,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from benchmarks._harness import format_table, machine
 from benchmarks.bench_step_overhead import BATCH, calibrate_step, image_case, ours, token_case, verify
 from engine.seeded_collate import SeededCollate
-from engine.workers.handoff import one_buffer
+from engine.workers.handoff import hand_off, one_buffer
 
 NAME = "worker_handoff"
 WORKERS = (1, 2)
@@ -48,23 +51,36 @@ PROFILED = {
     "torchdata snapshots": ("stateful_dataloader.py", "_take_snapshot"),
     "torchdata main state": ("stateful_dataloader.py", "_get_main_state"),
     "our wrapper (own time)": ("engine/loader.py", "__next__"),
+    "waiting for the queue": ("~", "<method 'poll' of 'select.poll' objects>"),
+    "inline rebuild": ("engine/workers/handoff.py", "rebuild_inline"),
 }
 """Functions of the parent's ``next()`` that ``--profile`` times (ms per batch, with what they call; our wrapper's
 own time without): (file, function)."""
 
 
 class Precollated(Dataset):
-    """Batch ``i`` of ``batches``, already collated: fresh copies of its tensors, optionally in one shared block."""
+    """Batch ``i`` of ``batches``, already collated: fresh copies of its tensors, sent by torch as they are
+    (``how=None``), in one shared block (``"one buffer"``) or as bytes (``"inline"``, :func:`hand_off`)."""
 
-    def __init__(self, batches: list[dict[str, torch.Tensor]], *, packed: bool = False) -> None:
-        self.batches, self.packed = batches, packed
+    def __init__(self, batches: list[dict[str, torch.Tensor]], how: str | None = None) -> None:
+        self.batches, self.how = batches, how
 
     def __len__(self) -> int:
         return len(self.batches)
 
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+    def __getitem__(self, index: int) -> Any:
         batch = {key: value.clone() for key, value in self.batches[index].items()}
-        return one_buffer(batch) if self.packed else batch
+        if self.how == "one buffer":
+            return one_buffer(batch)
+        return hand_off(batch) if self.how == "inline" else batch
+
+
+class OneBlockCollate(SeededCollate):
+    """Our collate function in a worker with every batch in one shared block (``one_buffer``), never inline."""
+
+    def __call__(self, rows: list[Any]) -> Any:
+        batch = super().__call__(rows)
+        return one_buffer(batch) if get_worker_info() is not None else batch
 
 
 class Numbers(Dataset):
@@ -90,41 +106,28 @@ def file_system_worker(worker_id: int) -> None:
     torch.multiprocessing.set_sharing_strategy("file_system")
 
 
-class FileSystemWorker:
-    """A loader's ``worker_init_fn``, then :func:`file_system_worker`."""
-
-    def __init__(self, init: Callable[[int], None]) -> None:
-        self.init = init
-
-    def __call__(self, worker_id: int) -> None:
-        self.init(worker_id)
-        file_system_worker(worker_id)
-
-
-def _file_system(loader: Any) -> Any:
-    loader.worker_init_fn = FileSystemWorker(loader.worker_init_fn)
-    return loader
-
-
-def _per_tensor(loader: Any) -> Any:
-    """Our loader with the plain ``SeededCollate`` (each tensor its own shared block), as before ``WorkerCollate``."""
-    loader.collate_fn = SeededCollate(loader.collate_fn.collate_fn)
+def _collating(loader: Any, collate: type) -> Any:
+    """Our loader with another collate class around its collator: ``SeededCollate`` is how it was before
+    ``WorkerCollate`` (torch sends each block), ``OneBlockCollate`` always sends one shared block."""
+    loader.collate_fn = collate(loader.collate_fn.collate_fn)
     return loader
 
 
 def configurations(data: Any, options: dict[str, Any], memory: list[Any]) -> dict[str, Any]:
     runs: dict[str, Any] = {}
     for workers in WORKERS:
-        runs[f"torch floor, workers={workers}"] = _torch_loader(Precollated(memory), workers)
-        runs[f"torch floor, one buffer, workers={workers}"] = _torch_loader(Precollated(memory, packed=True), workers)
         mode = {"num_workers": workers}
-        runs[f"ours, a block per tensor, workers={workers}"] = _per_tensor(ours(data, options, mode))
+        runs[f"torch floor, workers={workers}"] = _torch_loader(Precollated(memory), workers)
+        runs[f"torch floor, one buffer, workers={workers}"] = _torch_loader(Precollated(memory, "one buffer"), workers)
+        runs[f"torch floor, inline, workers={workers}"] = _torch_loader(Precollated(memory, "inline"), workers)
+        runs[f"ours before (torch sends each block), workers={workers}"] = _collating(ours(data, options, mode),
+                                                                                    SeededCollate)
         runs[f"ours, workers={workers}"] = ours(data, options, mode)
+    runs["ours, always one shared block, workers=1"] = _collating(ours(data, options, {"num_workers": 1}),
+                                                                  OneBlockCollate)
     runs["torch floor, an int, workers=1"] = _torch_loader(Numbers(len(memory)), 1)
-    runs["torch floor, file_system, workers=1"] = _torch_loader(Precollated(memory), 1, file_system_worker)
-    runs["torch floor, file_system, one buffer, workers=1"] = _torch_loader(Precollated(memory, packed=True), 1,
+    runs["torch floor, file_system, one buffer, workers=1"] = _torch_loader(Precollated(memory, "one buffer"), 1,
                                                                            file_system_worker)
-    runs["ours, file_system, workers=1"] = _file_system(ours(data, options, {"num_workers": 1}))
     return runs
 
 

@@ -18,6 +18,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from engine.distributed import stop_together
 from engine.sources.bad_rows import SkipReport, WithSkippedRows
 from engine.state import ITERATOR_FINISHED, sampler_state_of, saved_num_workers
+from engine.workers.handoff import widen_result_pipe
 
 
 class KeepsDroppedPass:
@@ -70,6 +71,7 @@ class ResumableLoader(KeepsDroppedPass, StatefulDataLoader):
                 raise
             stop_workers(raising_iterator(error))
             raise RuntimeError(worker_death(getattr(self.dataset, "role", "data"), [], error)) from error
+        widen_result_pipe(batches)
         return checked(batches, self)
 
     def state_dict(self) -> dict[str, Any]:
@@ -110,6 +112,7 @@ class PassAwareLoader(StatefulDataLoader):
     def __iter__(self) -> Any:
         self.dataset.begin_pass()
         batches = super().__iter__()
+        widen_result_pipe(batches)
         if getattr(self.dataset, "world_size", 1) > 1 and dist.is_available() and dist.is_initialized():
             return stop_together(batches)
         return batches

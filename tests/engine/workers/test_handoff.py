@@ -3,9 +3,11 @@ batches stay those of ``num_workers=0``, bit for bit."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import types
+import warnings
 from multiprocessing.reduction import ForkingPickler
 
 import pytest
@@ -271,3 +273,22 @@ def test_a_connection_error_with_every_worker_alive_is_not_called_a_death():
     checked = CheckedBatches(batches, types.SimpleNamespace(dataset=Rows(range(8)), batch_sampler=None, skipped=None))
     with pytest.raises(ConnectionResetError):
         next(checked)
+
+
+def test_the_pipe_from_the_workers_holds_a_whole_inline_batch():
+    dm = UniversalDataModule(Images(), task_spec=TaskSpec.vision_tiny(), batch_size=8, val_split=0, num_workers=1)
+    loader = dm.train_dataloader()
+    next(iter(loader))
+    pipe = loader._iterator._worker_result_queue._reader.fileno()
+    assert fcntl.fcntl(pipe, fcntl.F_GETPIPE_SZ) == handoff.PIPE_BYTES > handoff.INLINE_BYTES
+
+
+def test_a_pipe_that_cannot_be_widened_warns_once(tmp_path):
+    with open(tmp_path / "not-a-pipe", "w") as file:  # F_SETPIPE_SZ fails on a regular file
+        iterator = types.SimpleNamespace(_worker_result_queue=types.SimpleNamespace(_reader=file))
+        with pytest.warns(RuntimeWarning, match=r"the pipe from the loader's workers could not be widened to 1048576 "
+                                                r"bytes \(.*\); batches cross 64 KiB at a time"):
+            handoff.widen_result_pipe(iterator)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            handoff.widen_result_pipe(iterator)  # the same iterator again (the next epoch): no second warning
