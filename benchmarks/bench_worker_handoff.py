@@ -7,7 +7,8 @@ same batches of 64 (the first ``steps`` batches of ``num_workers=0``), against t
   batch (fresh copies of its tensors, as a collator makes), so the worker does nothing but hand it over; torch
   sends each tensor's shared-memory block (one descriptor round trip with the worker each);
 - ``torch floor, one buffer``: the same, the batch's tensors first copied into one shared block (``one_buffer``);
-- ``torch floor, inline``: the same, the batch sent as bytes through the queue's pipe (``hand_off``);
+- ``torch floor, inline``: the same, the batch sent as bytes through the queue's pipe (``hand_off``), the pipe
+  widened to 1 MiB as ours is;
 - ``torch floor, an int``: a worker that hands over an int: the queue and wake-ups alone, no tensors;
 - ``torch floor, file_system, one buffer``: the worker shares by file name (no round trip with the worker; the
   parent registers the block with torch's shm manager instead), for comparison;
@@ -41,7 +42,7 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 from benchmarks._harness import format_table, machine
 from benchmarks.bench_step_overhead import BATCH, calibrate_step, image_case, ours, token_case, verify
 from engine.seeded_collate import SeededCollate
-from engine.workers.handoff import hand_off, one_buffer
+from engine.workers.handoff import hand_off, one_buffer, widen_result_pipe
 
 NAME = "worker_handoff"
 WORKERS = (1, 2)
@@ -106,6 +107,18 @@ def file_system_worker(worker_id: int) -> None:
     torch.multiprocessing.set_sharing_strategy("file_system")
 
 
+class WidePipe:
+    """A torch loader whose pipe from the workers is widened as ours is (``widen_result_pipe``)."""
+
+    def __init__(self, loader: DataLoader) -> None:
+        self.loader = loader
+
+    def __iter__(self) -> Any:
+        iterator = iter(self.loader)
+        widen_result_pipe(iterator)
+        return iterator
+
+
 def _collating(loader: Any, collate: type) -> Any:
     """Our loader with another collate class around its collator: ``SeededCollate`` is how it was before
     ``WorkerCollate`` (torch sends each block), ``OneBlockCollate`` always sends one shared block."""
@@ -119,7 +132,8 @@ def configurations(data: Any, options: dict[str, Any], memory: list[Any]) -> dic
         mode = {"num_workers": workers}
         runs[f"torch floor, workers={workers}"] = _torch_loader(Precollated(memory), workers)
         runs[f"torch floor, one buffer, workers={workers}"] = _torch_loader(Precollated(memory, "one buffer"), workers)
-        runs[f"torch floor, inline, workers={workers}"] = _torch_loader(Precollated(memory, "inline"), workers)
+        inline = _torch_loader(Precollated(memory, "inline"), workers)
+        runs[f"torch floor, inline, workers={workers}"] = WidePipe(inline)
         runs[f"ours before (torch sends each block), workers={workers}"] = _collating(ours(data, options, mode),
                                                                                     SeededCollate)
         runs[f"ours, workers={workers}"] = ours(data, options, mode)
