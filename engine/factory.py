@@ -29,6 +29,7 @@ from engine.sampling.seeded import SeededBatchSampler
 from engine.seeded_collate import SeededCollate
 from engine.sources.adapt import as_source
 from engine.sources.lengths import lengths_of
+from engine.workers.handoff import WorkerCollate
 
 
 class DataLoaderFactory:
@@ -67,7 +68,8 @@ class DataLoaderFactory:
             raise TypeError(f"config should be a DataLoaderConfig, but got {type(config).__name__}")
         kwargs, _ = config.resolve()
         seed = config.seed if config.seed is not None else secrets.randbits(31)
-        collate = SeededCollate(
+        # in worker processes, the batch's tensors cross to the parent in one shared buffer (see WorkerCollate)
+        collate = (WorkerCollate if kwargs["num_workers"] else SeededCollate)(
             config.collate_fn if config.collate_fn is not None else DefaultCollator(),
             content_seed_from=seed if isinstance(dataset, IterableDataset) else None,
         )

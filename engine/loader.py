@@ -8,14 +8,17 @@
 from __future__ import annotations
 
 import signal
+import time
 from typing import Any
 
 import torch.distributed as dist
+from torch.utils.data._utils import signal_handling
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from engine.distributed import stop_together
 from engine.sources.bad_rows import SkipReport, WithSkippedRows
 from engine.state import ITERATOR_FINISHED, sampler_state_of, saved_num_workers
+from engine.workers.handoff import widen_result_pipe
 
 
 class KeepsDroppedPass:
@@ -66,7 +69,9 @@ class ResumableLoader(KeepsDroppedPass, StatefulDataLoader):
         except RuntimeError as error:  # a worker died while the pass started its workers (torch's SIGCHLD handler)
             if not str(error).startswith("DataLoader worker"):
                 raise
+            stop_workers(raising_iterator(error))
             raise RuntimeError(worker_death(getattr(self.dataset, "role", "data"), [], error)) from error
+        widen_result_pipe(batches)
         return checked(batches, self)
 
     def state_dict(self) -> dict[str, Any]:
@@ -107,6 +112,7 @@ class PassAwareLoader(StatefulDataLoader):
     def __iter__(self) -> Any:
         self.dataset.begin_pass()
         batches = super().__iter__()
+        widen_result_pipe(batches)
         if getattr(self.dataset, "world_size", 1) > 1 and dist.is_available() and dist.is_initialized():
             return stop_together(batches)
         return batches
@@ -149,10 +155,20 @@ class CheckedBatches:
                 self._report.check_cap(self._split, len(self._in_pass), self._rows_in_pass, self._in_pass)
                 batch = batch.batch
             return batch
-        except RuntimeError as error:
-            if not str(error).startswith("DataLoader worker"):
+        except (RuntimeError, OSError, EOFError) as error:
+            if isinstance(error, RuntimeError) and not str(error).startswith("DataLoader worker"):
                 raise
-            raise RuntimeError(worker_death(self._split, getattr(self._batches, "_workers", []), error)) from error
+            workers = getattr(self._batches, "_workers", [])
+            unregister_workers(self._batches)  # from here on, torch's SIGCHLD handler raises nothing for this pass
+            if not isinstance(error, RuntimeError):  # a batch whose worker died before its shared memory was fetched
+                dead = dead_workers(workers)
+                if not dead:
+                    raise
+                error = RuntimeError(f"DataLoader worker (pid(s) {', '.join(str(w.pid) for w in dead)}) exited "
+                                     f"before its batch was received: {type(error).__name__}: {error}")
+            message = worker_death(self._split, workers, error)
+            stop_workers(self._batches)
+            raise RuntimeError(message) from error
 
     def __len__(self) -> int:
         return len(self._batches)
@@ -161,6 +177,44 @@ class CheckedBatches:
         if name == "_batches":  # not yet set (a copy being built): no recursion
             raise AttributeError(name)
         return getattr(self._batches, name)
+
+
+def dead_workers(workers: list[Any], wait: float = 2.0) -> list[Any]:
+    """The worker processes that have exited, waiting up to ``wait`` seconds for one that is being killed."""
+    deadline = time.monotonic() + wait
+    while True:
+        dead = [worker for worker in workers if worker.exitcode is not None]
+        if dead or time.monotonic() > deadline:
+            return dead
+        time.sleep(0.01)
+
+
+def raising_iterator(error: BaseException) -> Any:
+    """The loader iterator whose construction raised ``error`` (the ``self`` of a frame of its traceback), if any."""
+    traceback = error.__traceback__
+    while traceback is not None:
+        candidate = traceback.tb_frame.f_locals.get("self")
+        if callable(getattr(candidate, "_shutdown_workers", None)):
+            return candidate
+        traceback = traceback.tb_next
+    return None
+
+
+def unregister_workers(iterator: Any) -> None:
+    """Take the pids of ``iterator``'s workers out of torch's SIGCHLD handler, which raises for a dead registered
+    worker wherever the main thread is: a signal that arrives after the death was named would raise again, later,
+    in unrelated code."""
+    if getattr(iterator, "_worker_pids_set", False):
+        signal_handling._remove_worker_pids(id(iterator))
+        iterator._worker_pids_set = False
+
+
+def stop_workers(iterator: Any) -> None:
+    """Shut down the workers of a pass that lost one, their pids unregistered first (:func:`unregister_workers`)."""
+    unregister_workers(iterator)
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if shutdown is not None:
+        shutdown()
 
 
 def worker_death(split: str, workers: list[Any], error: Exception) -> str:
