@@ -8,7 +8,6 @@ Here a small batch crosses as bytes through the queue's pipe (:class:`InlineBatc
 
 from __future__ import annotations
 
-import fcntl
 import math
 import warnings
 from typing import Any
@@ -59,8 +58,10 @@ def widen_result_pipe(iterator: Any) -> None:
         return
     iterator._result_pipe_widened = True
     try:
+        import fcntl  # POSIX only: on Windows the import fails, and batches cross in smaller pieces
+
         fcntl.fcntl(queue._reader.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-    except (AttributeError, OSError) as error:  # no F_SETPIPE_SZ (not Linux), or above this machine's limit
+    except (ImportError, AttributeError, OSError) as error:  # no F_SETPIPE_SZ (not Linux), or above the limit
         warnings.warn(f"the pipe from the loader's workers could not be widened to {PIPE_BYTES} bytes ({error}); "
                       f"batches cross 64 KiB at a time, which costs the training step more", RuntimeWarning,
                       stacklevel=3)
