@@ -64,13 +64,8 @@ class SpanColumn(NamedTuple):
 
     def ragged(self) -> RaggedColumn:
         """The rows copied into a new flat buffer + offsets (one fancy index, no per-row Python objects)."""
-        return gather_spans(self.values, self.starts, self.lengths)
-
-
-def gather_spans(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> RaggedColumn:
-    """The spans ``values[start : start + length]``, one per row, in a new flat buffer + offsets (one fancy index)."""
-    index, offsets = span_index(starts, lengths)
-    return RaggedColumn(values[index], offsets)
+        index, offsets = span_index(self.starts, self.lengths)
+        return RaggedColumn(self.values[index], offsets)
 
 
 class RowInputs:

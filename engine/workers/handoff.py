@@ -98,7 +98,7 @@ class InlineBatch:
 def rebuild_inline(kind: type, keys: list[Any] | None, buffer: bytearray,
                    layout: list[tuple[int, torch.dtype, tuple[int, ...], tuple[int, ...]]]) -> Any:
     """The batch an :class:`InlineBatch` carried: its tensors as views of ``buffer``, in a ``kind`` container."""
-    base = torch.frombuffer(buffer, dtype=torch.uint8) if buffer else torch.empty(0, dtype=torch.uint8)
+    base = _bytes_tensor(buffer)
     views = [_view(base, offset, dtype, shape, stride) for offset, dtype, shape, stride in layout]
     return dict(zip(keys, views)) if kind is dict else kind(views)
 
@@ -153,7 +153,12 @@ def _view(base: torch.Tensor, offset: int, dtype: torch.dtype, shape: Any, strid
     return base[offset:offset + size].view(dtype).as_strided(shape, stride)
 
 
+def _bytes_tensor(buffer: bytearray) -> torch.Tensor:
+    """A uint8 tensor over ``buffer`` (no copy); ``torch.frombuffer`` refuses an empty buffer."""
+    return torch.frombuffer(buffer, dtype=torch.uint8) if buffer else torch.empty(0, dtype=torch.uint8)
+
+
 def _views(buffer: bytearray, tensors: list[torch.Tensor], offsets: list[int]) -> list[torch.Tensor]:
-    base = torch.frombuffer(buffer, dtype=torch.uint8) if buffer else torch.empty(0, dtype=torch.uint8)
+    base = _bytes_tensor(buffer)
     return [_view(base, offset, tensor.dtype, tensor.shape, tensor.stride()) for offset, tensor in
             zip(offsets, tensors)]
