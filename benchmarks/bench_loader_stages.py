@@ -2,11 +2,12 @@
 images (3x32x32, ``TaskSpec.vision_tiny()``) from a torch Dataset of dict rows and from a dict of column tensors.
 
 Stages, each timed alone on the same batches (best of several repeats, single thread): sampling (the batch
-sampler's indices, seed derivation excluded), seed derivation (``batch_seed`` and the batch's generator), fetch
-(``__getitems__`` and the columns it hands over), collate (``TextCollator`` or ``VisionCollator`` without value
-checks), value checks (the difference with ``check_values=True``, or with ``num_classes`` for labels), and the whole
-``num_workers=0`` loader per batch, whose excess over the stages is the loader's own glue. The floor is a copy of
-the finished batch's tensors (a memcpy).
+sampler's indices, seed derivation excluded), seed derivation (``batch_seed``, and the batch's generator for a
+collator that draws random numbers), fetch (``__getitems__`` and the columns it hands over), collate
+(``TextCollator`` or ``VisionCollator`` without value checks), value checks (the difference with
+``check_values=True``, or with ``num_classes`` for labels), and the whole ``num_workers=0`` loader per batch,
+whose excess over the stages is the loader's own glue. The floor is a copy of the finished batch's tensors (a
+memcpy).
 
 Where a stage has a "before", the anchor column holds it: the row path these batches took before the columns
 path (per-row views of the buffer, or ``datasets``' row dicts, then the collator on rows), on the same rows and
@@ -80,7 +81,7 @@ def stages(case: str, dm: UniversalDataModule, *, repeats: int) -> list[dict[str
     sampler = SeededBatchSampler(len(source), BATCH, shuffle=True, seed=0)
     batches = [list(batch) for batch in sampler][:100]
     seeds = [batch_seed(0, 1, batch) for batch in batches]
-    sampling_only, seeding = _sampling_and_seeding(sampler, batches, repeats)
+    sampling_only, seeding = _sampling_and_seeding(sampler, batches, repeats, collator.draws_random)
     fetched = {tuple(batch): source.__getitems__(batch) for batch in batches}
     fetch = per_batch(lambda batch: source.__getitems__(batch).to_columns(), batches, repeats)
     fetch_rows = per_batch(lambda batch: list(source.fetch_rows(batch)), batches, repeats)
@@ -99,7 +100,7 @@ def stages(case: str, dm: UniversalDataModule, *, repeats: int) -> list[dict[str
     parts = sampling_only + seeding + fetch + checked
     return [
         _row(case, "sampling (indices of a batch)", sampling_only),
-        _row(case, "seed derivation (batch_seed + generator)", seeding),
+        _row(case, "seed derivation (batch_seed, + generator if drawn)", seeding),
         _row(case, "fetch (columns of 64 rows)", fetch, anchor="row path: fetch rows", anchor_s=fetch_rows),
         _row(case, "collate (no value checks)", collate),
         _row(case, "value checks (ids in vocabulary)", max(checked - collate, 0.0)),
@@ -136,7 +137,7 @@ def image_stages(case: str, dm: UniversalDataModule, *, repeats: int) -> list[di
     recipe_name = "torchvision v2 per image + default_collate"
     return [
         _row(case, "sampling (indices of a batch)", sampling_only),
-        _row(case, "seed derivation (batch_seed + generator)", seeding),
+        _row(case, "seed derivation (batch_seed, + generator if drawn)", seeding),
         _row(case, "fetch (rows of 64 images)", fetch),
         _row(case, "collate (no value checks)", collate, anchor=recipe_name, anchor_s=collate_recipe),
         _row(case, "value checks (labels in num_classes)", max(checked - collate, 0.0)),
@@ -147,15 +148,19 @@ def image_stages(case: str, dm: UniversalDataModule, *, repeats: int) -> list[di
     ]
 
 
-def _sampling_and_seeding(sampler: SeededBatchSampler, batches: list[list[int]], repeats: int) -> tuple[float, float]:
-    """Seconds per batch of drawing indices (seed derivation excluded) and of deriving the batch's generator."""
+def _sampling_and_seeding(sampler: SeededBatchSampler, batches: list[list[int]], repeats: int,
+                          draws_random: bool = True) -> tuple[float, float]:
+    """Seconds per batch of drawing indices (seed derivation excluded) and of deriving the batch's seed, and its
+    generator when the collator ``draws_random`` (the engine builds none for one that does not)."""
 
     def sample() -> None:
         for _ in sampler:
             pass
 
     sampling = best_seconds(sample, repeats=repeats) / len(sampler)
-    seeding = per_batch(lambda batch: generator_from(batch_seed(0, 1, batch)), batches, repeats)
+    derive = (lambda batch: generator_from(batch_seed(0, 1, batch))) if draws_random else (
+        lambda batch: batch_seed(0, 1, batch))
+    seeding = per_batch(derive, batches, repeats)
     return max(sampling - per_batch(lambda batch: batch_seed(0, 1, batch), batches, repeats), 0.0), seeding
 
 

@@ -7,11 +7,12 @@ of them are truncated and padded identically.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 
 import numpy as np
 import torch
+
+from collators._layout_index import positions_of, row_masks, row_windows, span_index
 
 PADDING_SIDES = ("right", "left")
 _NUMPY_SAFE = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float32,
@@ -80,11 +81,10 @@ class PaddingLayout:
         kept = np.minimum(self._given, self.length)
         self.lengths = torch.from_numpy(kept)
         """Kept length of each row."""
-        self._positions = _positions(self.length)
+        self._positions = positions_of(self.length)
         # Where each row's first kept element lands: 0 for right padding (None), after the padding for left.
         self._shift = None if padding_side == "right" else self.length - kept
-        self._mask = self._positions < kept[:, None] if self._shift is None else (
-            self._positions >= self._shift[:, None])
+        self._mask = row_masks(kept, self.length, padding_side)
         self.mask = torch.from_numpy(self._mask)
         """Boolean ``[batch, length]``: True at real (kept) elements, False at padding."""
         self._padding: np.ndarray | None = None
@@ -144,16 +144,24 @@ class PaddingLayout:
         concatenating them first, and without reading what truncation cuts.
 
         ``values`` is a 1-D numpy array (read-only Arrow buffers are fine); ``out`` as for :meth:`fill`;
-        ``target``, when given, is ``out`` as a numpy array (saves converting it).
+        ``target``, when given, is ``out`` as a numpy array (saves converting it). A zero-stride ``values`` (one
+        value repeated, as for a column of ones) is not read at all: the result is that value wherever the layout
+        keeps an element.
         """
         if out is None:
             out = torch.empty((len(self._given), self.length), dtype=dtype or torch.from_numpy(values[:0]).dtype)
         if not len(values) or out.dtype not in _NUMPY_SAFE:
             return self.fill(values[:0] if not len(values) else values[span_index(starts, self._given)[0]],
                              pad_value, dtype, out=out)
-        first = starts if self._shift is None else starts - self._shift  # where position 0 of each row reads
         target = out.numpy() if target is None else target
-        windows = _windows(values, self.length)
+        if values.strides == (0,):
+            np.copyto(target, self._mask, casting="unsafe")  # 1 at kept elements, 0 at padding
+            if values[0] != 1 or pad_value != 0:
+                np.copyto(target, values[0], where=self._mask, casting="unsafe")
+                np.copyto(target, pad_value, where=self.padding, casting="unsafe")
+            return out
+        first = starts if self._shift is None else starts - self._shift  # where position 0 of each row reads
+        windows = row_windows(values, self.length)
         edges = False
         if windows is None:
             gathered = np.take(values, first[:, None] + self._positions, mode="clip")
@@ -176,31 +184,6 @@ class PaddingLayout:
                 target[row, at:at + kept] = values[start:start + kept]
         target[self.padding] = pad_value  # reads outside a row are padded over
         return out
-
-
-@functools.lru_cache(maxsize=64)
-def _positions(width: int) -> np.ndarray:
-    """``arange(width)`` as int64, made once per width (read-only: it is shared)."""
-    positions = np.arange(width, dtype=np.int64)
-    positions.flags.writeable = False
-    return positions
-
-
-def _windows(values: np.ndarray, width: int) -> np.ndarray | None:
-    """Every ``width``-long window of the 1-D ``values`` as rows of one strided view (nothing copied): window
-    ``s`` is ``values[s:s + width]``. None when ``values`` is shorter than ``width`` or not contiguous."""
-    if len(values) < width or width == 0 or not values.flags.c_contiguous:
-        return None
-    step = values.itemsize
-    return np.ndarray((len(values) - width + 1, width), dtype=values.dtype, buffer=values, strides=(step, step))
-
-
-def span_index(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The flat index of the spans ``[start, start + length)`` one after the other, and their offsets in it
-    (one entry more than spans): ``values[index]`` concatenates the spans, with no per-span Python."""
-    offsets = np.zeros(len(starts) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    return np.arange(offsets[-1], dtype=np.int64) + np.repeat(starts - offsets[:-1], lengths), offsets
 
 
 def pad_sequences(

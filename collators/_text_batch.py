@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from collators._padding import span_index
+from collators._layout_index import span_index
 from collators._text_inputs import as_mapping_rows, column, flatten_ids
 
 

@@ -198,6 +198,8 @@ def _small_ints(values: Sequence[Sequence[Any]]) -> tuple[torch.Tensor, torch.Te
 
 def check_same_lengths(lengths: torch.Tensor, reference: torch.Tensor, key: str, reference_key: str) -> None:
     """Raise at the first row whose ``key`` does not have one entry per token of ``reference_key``."""
+    if torch.equal(lengths, reference):  # the common case, one call
+        return
     differ = (lengths != reference).nonzero()
     if len(differ):
         index = int(differ[0])

@@ -127,11 +127,12 @@ class TextCollator:
         self.padding, self.pad_to_buckets = opts.resolve_static_shapes(padding, pad_to_buckets, self.max_length, spec)
         spec_target = spec.target_field if spec is not None else None
         self.target_field = target_field or spec_target or "labels"
-        default_text = "source" if self.task_type == "seq2seq" else "text"
-        self.text_field = text_field or opts.preprocessing(spec, "text_field", default_text)
+        self.text_field = text_field or opts.preprocessing(spec, "text_field", "source" if self.task_type ==
+                                                           "seq2seq" else "text")
         self.target_text_field = target_text_field or opts.preprocessing(spec, "target_text_field", "target")
         self.seed = opts.check_int("seed", seed)
         self._generator = torch.Generator().manual_seed(self.seed)
+        self.draws_random = self.task_type == "masked_lm"  # the engine seeds a generator per batch only if True
         self.check_values = bool(check_values)
         self.num_classes = opts.resolve_num_classes(num_classes, spec)
         self.vocab_size, self.vocab_source = opts.resolve_vocab_size(

@@ -29,7 +29,8 @@ class SeededCollate:
 
     Rows from a stream have no indices: with ``content_seed_from=seed`` their generator derives from the
     seed and the rows themselves, so masks still do not depend on the worker that built the batch.
-    Collators that take no generator (plain functions such as ``default_collate``) are called as they are.
+    Collators that take no generator (plain functions such as ``default_collate``), or that say they draw no
+    random numbers (``draws_random = False``, as a causal-LM ``TextCollator``), are called without one.
     A batch some of whose rows were left out (``on_error='skip'``) comes back as a ``WithSkippedRows``, which
     the loader unwraps in the parent process.
     Picklable whenever the wrapped function is, so it works in spawned workers.
@@ -50,7 +51,7 @@ class SeededCollate:
         try:
             if isinstance(rows, ColumnBatch) and not self.reads_columns:  # a plain list for collators of rows
                 rows = rows.rows()
-            if not self.takes_generator:
+            if not self.takes_generator or not getattr(self.collate_fn, "draws_random", True):
                 return self.collate_fn(rows)
             seed = getattr(rows, "rng_seed", None)
             if seed is None and self.content_seed_from is not None:  # stream rows carry no indices

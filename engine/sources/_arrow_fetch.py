@@ -16,48 +16,8 @@ from typing import Any
 import numpy as np
 
 from collators._text_batch import RaggedColumn, SpanColumn
-
-
-def _list_of_ints(column: Any) -> bool:
-    """Whether a pyarrow column holds lists of plain integers/bools with no nulls at either level."""
-    import pyarrow as pa
-
-    kind = column.type
-    if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)):
-        return False
-    if not (pa.types.is_integer(kind.value_type) or pa.types.is_boolean(kind.value_type)):
-        return False
-    return all(chunk.null_count == 0 and chunk.values.null_count == 0 for chunk in column.chunks)
-
-
-_COMBINE_LIMIT = 512 * 2**20
-"""Bytes of token values a process copies into one buffer when a column's chunks do not share one (in memory)."""
-
-
-def _data_address(array: np.ndarray) -> int:
-    return int(array.__array_interface__["data"][0])
-
-
-def _root(buffer: Any) -> Any:
-    while buffer.parent is not None:
-        buffer = buffer.parent
-    return buffer
-
-
-def _shared_view(arrays: list[np.ndarray], buffers: list[Any]) -> tuple[np.ndarray, np.ndarray] | None:
-    """One numpy view over the buffer that holds all ``arrays`` (chunks of a memory-mapped Arrow file share its
-    mapping) and each array's first element in it; None when they do not share one, are misaligned in it, or an
-    array is a copy (bit-packed bools)."""
-    roots = {(_root(buffer).address, _root(buffer).size) for buffer in buffers}
-    if len(roots) != 1 or len({array.dtype for array in arrays}) != 1:
-        return None
-    root = _root(buffers[0])
-    itemsize = arrays[0].dtype.itemsize
-    gaps = [_data_address(array) - root.address for array in arrays]
-    if any(gap < 0 or gap % itemsize or gap + array.nbytes > root.size for gap, array in zip(gaps, arrays)):
-        return None
-    whole = np.frombuffer(root, dtype=arrays[0].dtype, count=root.size // itemsize)
-    return whole, np.asarray(gaps, dtype=np.int64) // itemsize
+from engine.sources import _arrow_buffers
+from engine.sources._arrow_buffers import list_of_ints, shared_view, uniform_value
 
 
 class _RaggedIndex:
@@ -67,6 +27,10 @@ class _RaggedIndex:
     file share one mapping, so one view of the mapping covers them all and a row's span is found from its
     chunk's offsets with vectorized arithmetic. Chunks held apart in memory are copied once per process into one
     buffer when they hold at most 512 MiB of values; above that a batch is gathered with one slice per row.
+
+    A one-byte column whose values are all one number (the attention mask of a tokenizer's output) hands over
+    its spans as spans of a zero-stride array of that number: the collator writes the padded column from the
+    padding layout alone, without reading the column.
     """
 
     def __init__(self, column: Any) -> None:
@@ -76,16 +40,20 @@ class _RaggedIndex:
         values = [chunk.values.to_numpy(zero_copy_only=False) for chunk in chunks]  # copies only bit-packed bools
         self.chunk_offsets, self.chunk_values = offsets, values
         self.values: np.ndarray | None = None
+        uniform = uniform_value(values)
+        self.uniform = None if uniform is None else np.broadcast_to(uniform, (max(
+            int(np.maximum.reduce(np.diff(array))) if len(array) > 1 else 0 for array in offsets),))
+        """Every value of the column, repeated as long as its longest row (a read-only zero-stride view), or None."""
         if len(chunks) == 1:
             self.values, self.offsets, self.value_base, self.offset_base = values[0], offsets[0], None, None
             return
         if not chunks:
             return
-        value_views = _shared_view(values, [chunk.values.buffers()[1] for chunk in chunks])
-        offset_views = _shared_view(offsets, [chunk.offsets.buffers()[1] for chunk in chunks])
+        value_views = shared_view(values, [chunk.values.buffers()[1] for chunk in chunks])
+        offset_views = shared_view(offsets, [chunk.offsets.buffers()[1] for chunk in chunks])
         if value_views is not None and offset_views is not None:
             (self.values, self.value_base), (self.offsets, self.offset_base) = value_views, offset_views
-        elif sum(array.nbytes for array in values) <= _COMBINE_LIMIT:
+        elif sum(array.nbytes for array in values) <= _arrow_buffers.COMBINE_LIMIT:
             sizes = np.asarray([len(array) for array in values], dtype=np.int64)
             self.values = np.concatenate(values)
             self.value_base = np.cumsum(sizes) - sizes
@@ -107,8 +75,10 @@ class _RaggedIndex:
             positions = self.offset_base[chunk] + (rows - self.bounds[chunk])
             value_base = self.value_base[chunk]
         starts = self.offsets[positions].astype(np.int64)
-        lengths = self.offsets[positions + 1] - starts
-        return SpanColumn(self.values, starts + value_base, lengths.astype(np.int64, copy=False))
+        lengths = (self.offsets[positions + 1] - starts).astype(np.int64, copy=False)
+        if self.uniform is not None:  # every row is a prefix of the one repeated value
+            return SpanColumn(self.uniform, np.zeros(len(rows), dtype=np.int64), lengths)
+        return SpanColumn(self.values, starts + value_base, lengths)
 
     def _sliced(self, rows: np.ndarray) -> RaggedColumn:
         chunk = np.searchsorted(self.bounds, rows, side="right") - 1
@@ -144,7 +114,7 @@ class ArrowBatchFetcher:
 
         for name in self.names:
             column = self.table.column(name)
-            if not require_decoding(features[name]) and _list_of_ints(column):
+            if not require_decoding(features[name]) and list_of_ints(column):
                 self.ragged[name] = _RaggedIndex(column)
 
     @staticmethod

@@ -156,3 +156,37 @@ def test_rows_at_the_edges_of_the_buffer_and_strided_buffers(side, width):
     reference = collate([{"input_ids": row} for row in rows])
     for column in columns:
         assert_batches_equal(collate.collate_columns({"input_ids": column}), reference)
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("value, dtype", [(1, np.int8), (0, np.int8), (True, np.bool_), (7, np.int64)])
+def test_a_zero_stride_buffer_is_one_value_repeated(side, value, dtype):
+    # What the engine hands over for an Arrow column of ones (a tokenizer's attention mask): spans of a zero-stride
+    # array. The batch is written from the padding layout without reading it, and equals the row path's, with the
+    # mask's padding and the labels' own pad value.
+    lengths = [len(row) for row in ROWS]
+    repeated = np.broadcast_to(np.array(value, dtype=dtype), (max(lengths),))
+    assert repeated.strides == (0,)
+    uniform = SpanColumn(repeated, np.zeros(len(ROWS), dtype=np.int64), np.array(lengths))
+    collate = TextCollator(pad_token_id=0, padding_side=side, vocab_size=40, max_length=4,
+                           task_type="token_classification", label_pad_token_id=-100)
+    columns = {"input_ids": spans_of(ROWS), "attention_mask": uniform, "labels": uniform}
+    rows = [{"input_ids": row, "attention_mask": [int(value)] * len(row), "labels": [int(value)] * len(row)}
+            for row in ROWS]
+    assert_batches_equal(collate.collate_columns(columns), collate(rows))
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("width", [0, 1, 5, 1023, 1024, 1025, 1500])
+def test_layout_masks_mark_the_kept_positions_at_every_width(side, width):
+    # Masks up to 1024 wide are rows of a precomputed table, wider ones are computed: both mark exactly the kept
+    # positions, at the row's start (right padding) or end (left padding).
+    from collators._padding import PaddingLayout
+
+    given = np.array([0, 1, width, width + 3, max(width - 2, 0), 700])
+    layout = PaddingLayout(given, length=width, padding_side=side)
+    kept = np.minimum(given, width)
+    positions = np.arange(width)
+    expected = positions < kept[:, None] if side == "right" else positions >= (width - kept)[:, None]
+    assert layout.mask.shape == (len(given), width) and np.array_equal(layout.mask.numpy(), expected)
+    assert np.array_equal(layout.padding, ~expected)

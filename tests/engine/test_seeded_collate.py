@@ -31,6 +31,22 @@ def test_stream_rows_without_indices_seed_from_their_content():
     assert torch.equal(collate(rows_with_seed(None))["labels"], collate(rows_with_seed(None))["labels"])
 
 
+def test_a_generator_is_built_only_for_collators_that_draw_random_numbers(monkeypatch):
+    # A causal-LM batch draws nothing random: no per-batch generator is seeded for it (its batch is the same
+    # either way); a masked-LM batch gets one, and a collator that does not say gets one too.
+    import engine.seeded_collate as seeded_collate
+
+    built = []
+    monkeypatch.setattr(seeded_collate, "generator_from", lambda seed: built.append(seed) or torch.Generator())
+    causal = TextCollator(task_type="causal_lm", pad_token_id=0)
+    assert not causal.draws_random and MLM.draws_random
+    assert torch.equal(SeededCollate(causal)(rows_with_seed(7))["labels"], causal(rows_with_seed(7))["labels"])
+    assert built == []
+    SeededCollate(MLM)(rows_with_seed(7))
+    SeededCollate(lambda rows, generator=None: generator)(rows_with_seed(9))
+    assert built == [7, 9]
+
+
 def test_functions_without_a_generator_are_called_plainly_and_the_wrapper_pickles():
     def plain(rows):
         return len(rows)

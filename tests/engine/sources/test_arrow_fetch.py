@@ -73,7 +73,7 @@ class TestFetchColumns:
     @pytest.mark.parametrize("layout", ["memory_mapped", "memory_mapped_slice", "in_memory_map", "concatenated",
                                         "concatenated_past_the_copy_limit"])
     def test_spans_read_every_table_layout_exactly(self, tmp_path, monkeypatch, layout):
-        import engine.sources._arrow_fetch as arrow_fetch
+        import engine.sources._arrow_buffers as arrow_buffers
 
         dataset = make_dataset(chunk=None).remove_columns(["nested"])
         if layout.startswith("memory_mapped"):
@@ -91,7 +91,7 @@ class TestFetchColumns:
             dataset = datasets.concatenate_datasets([piece.flatten_indices() for piece in pieces])
         assert dataset.data.table.column("input_ids").num_chunks > 5
         if layout == "concatenated_past_the_copy_limit":
-            monkeypatch.setattr(arrow_fetch, "_COMBINE_LIMIT", 0)
+            monkeypatch.setattr(arrow_buffers, "COMBINE_LIMIT", 0)
         source = HFSource(dataset)
         positions = np.random.default_rng(4).permutation(len(dataset))[:64].tolist() + [0, len(dataset) - 1]
         columns = source.fetch_columns(positions)
@@ -103,6 +103,42 @@ class TestFetchColumns:
             assert not index.values.flags.owndata and index.values.base is not None
         elif layout == "concatenated":  # chunks held apart are copied once into one buffer
             assert index.values.flags.owndata
+
+    @pytest.mark.parametrize("layout", ["one_chunk", "chunks", "memory_mapped", "past_the_scan_limit"])
+    def test_a_one_byte_column_of_one_value_is_handed_over_without_its_values(self, tmp_path, monkeypatch, layout):
+        # A tokenizer's int8 attention mask is all ones: its spans come as spans of a zero-stride array of 1 (the
+        # collator never reads the column). A one-byte column with two values, or one past the scan limit, keeps
+        # its buffer. Rows and collated batches equal the row path's either way.
+        import engine.sources._arrow_buffers as arrow_buffers
+
+        rng = np.random.default_rng(3)
+        lengths = rng.integers(0, 12, 300).tolist()
+        features = datasets.Features({"input_ids": datasets.Sequence(datasets.Value("int32")),
+                                      "attention_mask": datasets.Sequence(datasets.Value("int8")),
+                                      "token_type_ids": datasets.Sequence(datasets.Value("int8"))})
+        dataset = datasets.Dataset.from_dict({
+            "input_ids": [rng.integers(5, 500, n).tolist() for n in lengths],
+            "attention_mask": [[1] * n for n in lengths],
+            "token_type_ids": [[0] * (n // 2) + [1] * (n - n // 2) for n in lengths]}, features=features)
+        if layout != "one_chunk":
+            dataset = dataset.map(lambda batch: batch, batched=True, batch_size=37, features=features)
+        if layout == "memory_mapped":
+            dataset.save_to_disk(str(tmp_path / "saved"))
+            dataset = datasets.load_from_disk(str(tmp_path / "saved"))
+            assert isinstance(dataset.data, datasets.table.MemoryMappedTable)
+        if layout == "past_the_scan_limit":
+            monkeypatch.setattr(arrow_buffers, "UNIFORM_SCAN_LIMIT", 0)
+        source = HFSource(dataset)
+        positions = np.random.default_rng(4).permutation(300)[:64].tolist() + [0, 299]
+        columns = source.fetch_columns(positions)
+        assert as_rows(columns) == source.fetch_rows(positions)
+        assert (columns["attention_mask"].values.strides == (0,)) == (layout != "past_the_scan_limit")
+        assert columns["token_type_ids"].values.strides == (1,)
+        collate = TextCollator(pad_token_id=0, max_length=8, vocab_size=500)
+        batch = collate.collate_columns(columns)
+        reference = collate(source.fetch_rows(positions))
+        assert batch.keys() == reference.keys()
+        assert all(torch.equal(batch[key], reference[key]) for key in reference)
 
     def test_select_views_and_negative_indices(self, chunked):
         view = HFSource(chunked).view(np.random.default_rng(2).permutation(300)[:120]).view(np.arange(119, -1, -2))
