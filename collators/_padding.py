@@ -81,7 +81,6 @@ class PaddingLayout:
         kept = np.minimum(self._given, self.length)
         self.lengths = torch.from_numpy(kept)
         """Kept length of each row."""
-        self._positions = positions_of(self.length)
         # Where each row's first kept element lands: 0 for right padding (None), after the padding for left.
         self._shift = None if padding_side == "right" else self.length - kept
         self._mask = row_masks(kept, self.length, padding_side)
@@ -155,16 +154,17 @@ class PaddingLayout:
                              pad_value, dtype, out=out)
         target = out.numpy() if target is None else target
         if values.strides == (0,):
-            np.copyto(target, self._mask, casting="unsafe")  # 1 at kept elements, 0 at padding
-            if values[0] != 1 or pad_value != 0:
+            if values[0] == 1 and pad_value == 0:  # a mask of ones: the layout's own mask
+                np.copyto(target, self._mask, casting="unsafe")
+            else:
+                np.copyto(target, pad_value, casting="unsafe")
                 np.copyto(target, values[0], where=self._mask, casting="unsafe")
-                np.copyto(target, pad_value, where=self.padding, casting="unsafe")
             return out
         first = starts if self._shift is None else starts - self._shift  # where position 0 of each row reads
         windows = row_windows(values, self.length)
         edges = False
         if windows is None:
-            gathered = np.take(values, first[:, None] + self._positions, mode="clip")
+            gathered = np.take(values, first[:, None] + positions_of(self.length), mode="clip")
         else:  # row i is windows[first[i]], one contiguous copy per row; rows whose window leaves values: below
             edges = bool(np.minimum.reduce(first) < 0 or np.maximum.reduce(first) >= len(windows))
             rows = np.clip(first, 0, len(windows) - 1) if edges else first
