@@ -16,6 +16,7 @@ from torch.utils.data._utils import signal_handling
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from engine.distributed import stop_together
+from engine.loader_iterators import loader_iterator
 from engine.sources.bad_rows import SkipReport, WithSkippedRows
 from engine.state import ITERATOR_FINISHED, sampler_state_of, saved_num_workers
 from engine.workers.handoff import widen_result_pipe
@@ -58,6 +59,9 @@ class ResumableLoader(KeepsDroppedPass, StatefulDataLoader):
 
     def _dropped(self, iterator: Any) -> None:
         self._parked = iterator.state_dict()
+
+    def _get_iterator(self) -> Any:
+        return loader_iterator(self)  # torchdata's, without the profiler range while no profiler runs
 
     def __iter__(self) -> Any:
         parked, self._parked = self._parked, None
