@@ -93,3 +93,34 @@ def test_a_finished_pass_is_marked_finished_and_the_next_epoch_follows(workers):
     second = batches(loader)
     assert_same(batches(again), second)
     assert not all(torch.equal(a["input_ids"], b["input_ids"]) for a, b in zip(first, second))  # a new epoch's order
+
+
+def test_the_per_batch_snapshot_equals_torchdatas():
+    from torchdata.stateful_dataloader.stateful_dataloader import _StatefulMultiProcessingDataLoaderIter
+    from torchdata.stateful_dataloader.worker import try_to_serialize
+
+    from engine.loader_iterators import state_of
+
+    dm = module(2)
+    dm.setup()
+    loader = dm.train_dataloader()
+    iterator = iter(loader)
+    for _ in range(3):
+        next(iterator)
+    live = loader._iterator
+    assert live._get_main_state() == _StatefulMultiProcessingDataLoaderIter._get_main_state(live)
+    assert live._get_main_state()["_index_sampler_state"] is not None  # the engine's sampler has a state
+
+    class OnlySave:
+        def state_dict(self):
+            return {"at": 1}
+
+    class Both(OnlySave):
+        def load_state_dict(self, state):
+            pass
+
+    class Disabled(Both):
+        load_state_dict = None
+
+    for obj in (OnlySave(), Both(), Disabled(), iter([1]), object()):
+        assert state_of(obj) == try_to_serialize(obj)
