@@ -1,5 +1,5 @@
 """Index arithmetic behind :class:`collators._padding.PaddingLayout`: which positions of a padded row are real,
-where each row lies in a flat buffer, and every fixed-width window of a buffer as one strided view.
+and where each row lies in a flat buffer.
 
 All of it is numpy on small index arrays (one entry per row or per position), made once where it can be.
 """
@@ -39,15 +39,6 @@ def row_masks(kept: np.ndarray, width: int, padding_side: str) -> np.ndarray:
         return positions < kept[:, None] if padding_side == "right" else positions >= (width - kept)[:, None]
     prefixes, suffixes = _mask_tables()
     return prefixes[kept, :width] if padding_side == "right" else suffixes[kept, _MASK_TABLE_WIDTH - width:]
-
-
-def row_windows(values: np.ndarray, width: int) -> np.ndarray | None:
-    """Every ``width``-long window of the 1-D ``values`` as rows of one strided view (nothing copied): window
-    ``s`` is ``values[s:s + width]``. None when ``values`` is shorter than ``width`` or not contiguous."""
-    if len(values) < width or width == 0 or not values.flags.c_contiguous:
-        return None
-    step = values.itemsize
-    return np.ndarray((len(values) - width + 1, width), dtype=values.dtype, buffer=values, strides=(step, step))
 
 
 def span_index(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from collators._layout_index import positions_of, row_masks, row_windows, span_index
+from collators._kernels import pad_spans, repad_rows, write_mask
+from collators._layout_index import row_masks, span_index
 
 PADDING_SIDES = ("right", "left")
 _NUMPY_SAFE = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float32,
@@ -78,27 +79,50 @@ class PaddingLayout:
         self.padding_side = padding_side
         given = lengths.numpy() if isinstance(lengths, torch.Tensor) else np.asarray(lengths)
         self._given = given if given.dtype == np.int64 else given.astype(np.int64)
-        kept = np.minimum(self._given, self.length)
-        self.lengths = torch.from_numpy(kept)
+        self._kept = np.minimum(self._given, self.length)
+        self.lengths = torch.from_numpy(self._kept)
         """Kept length of each row."""
-        # Where each row's first kept element lands: 0 for right padding (None), after the padding for left.
-        self._shift = None if padding_side == "right" else self.length - kept
-        self._mask = row_masks(kept, self.length, padding_side)
-        self.mask = torch.from_numpy(self._mask)
-        """Boolean ``[batch, length]``: True at real (kept) elements, False at padding."""
+        self._left = padding_side == "left"
+        self._mask: np.ndarray | None = None
+        self._mask_tensor: torch.Tensor | None = None
         self._padding: np.ndarray | None = None
+
+    @property
+    def mask(self) -> torch.Tensor:
+        """Boolean ``[batch, length]``: True at real (kept) elements, False at padding (made on first use)."""
+        if self._mask_tensor is None:
+            self._mask_tensor = torch.from_numpy(self._mask_array())
+        return self._mask_tensor
+
+    def _mask_array(self) -> np.ndarray:
+        if self._mask is None:
+            self._mask = row_masks(self._kept, self.length, self.padding_side)
+        return self._mask
 
     @property
     def padding(self) -> np.ndarray:
         """Boolean numpy ``[batch, length]``: True at padding (the negation of :attr:`mask`, computed once)."""
         if self._padding is None:
-            self._padding = ~self._mask
+            self._padding = ~self._mask_array()
         return self._padding
 
     def repad(self, source: np.ndarray, pad_value: float | int, *, out: np.ndarray) -> np.ndarray:
         """``out`` = ``source`` (arrays of this layout) with every padded position set to ``pad_value``."""
+        if _compiled(out) and source.dtype == np.int64 and _fits_int64(pad_value):
+            repad_rows(source, self._kept, self._left, pad_value, out)
+            return out
         np.copyto(out, source, casting="unsafe")
         out[self.padding] = pad_value
+        return out
+
+    def write_mask(self, out: torch.Tensor, target: np.ndarray | None = None) -> torch.Tensor:
+        """``out`` (a ``[batch, length]`` tensor; ``target``, when given, is it as a numpy array) = this layout's
+        mask: 1 (True) at kept elements, 0 at padding."""
+        target = out.numpy() if target is None else target
+        if _compiled(target):
+            write_mask(self._kept, self._left, target)
+        else:
+            np.copyto(target, self._mask_array(), casting="unsafe")
         return out
 
     def _flat_keep(self) -> np.ndarray | None:
@@ -139,51 +163,33 @@ class PaddingLayout:
     def gather(self, values: np.ndarray, starts: np.ndarray, pad_value: float | int, dtype: torch.dtype | None = None,
                *, out: torch.Tensor | None = None, target: np.ndarray | None = None) -> torch.Tensor:
         """Write row ``i``'s kept elements, ``values[starts[i]:]`` (the row's length is this layout's), into a
-        padded tensor with one gather: the same result as :meth:`fill` on the rows' concatenation, without
-        concatenating them first, and without reading what truncation cuts.
+        padded tensor: the same result as :meth:`fill` on the rows' concatenation, without concatenating them
+        first, and without reading what truncation cuts.
 
-        ``values`` is a 1-D numpy array (read-only Arrow buffers are fine); ``out`` as for :meth:`fill`;
-        ``target``, when given, is ``out`` as a numpy array (saves converting it). A zero-stride ``values`` (one
-        value repeated, as for a column of ones) is not read at all: the result is that value wherever the layout
-        keeps an element.
+        ``values`` is a 1-D numpy array (read-only Arrow buffers and zero-stride arrays are fine); ``out`` as for
+        :meth:`fill`; ``target``, when given, is ``out`` as a numpy array (saves converting it). Integer or bool
+        values into an int64 ``out`` take one compiled pass (:func:`collators._kernels.pad_spans`); other dtypes
+        gather the kept elements, then :meth:`fill`.
         """
         if out is None:
             out = torch.empty((len(self._given), self.length), dtype=dtype or torch.from_numpy(values[:0]).dtype)
-        if not len(values) or out.dtype not in _NUMPY_SAFE:
-            return self.fill(values[:0] if not len(values) else values[span_index(starts, self._given)[0]],
-                             pad_value, dtype, out=out)
-        target = out.numpy() if target is None else target
-        if values.strides == (0,):
-            if values[0] == 1 and pad_value == 0:  # a mask of ones: the layout's own mask
-                np.copyto(target, self._mask, casting="unsafe")
-            else:
-                np.copyto(target, pad_value, casting="unsafe")
-                np.copyto(target, values[0], where=self._mask, casting="unsafe")
-            return out
-        first = starts if self._shift is None else starts - self._shift  # where position 0 of each row reads
-        windows = row_windows(values, self.length)
-        edges = False
-        if windows is None:
-            gathered = np.take(values, first[:, None] + positions_of(self.length), mode="clip")
-        else:  # row i is windows[first[i]], one contiguous copy per row; rows whose window leaves values: below
-            edges = bool(np.minimum.reduce(first) < 0 or np.maximum.reduce(first) >= len(windows))
-            rows = np.clip(first, 0, len(windows) - 1) if edges else first
-            if values.flags.writeable and values.dtype == target.dtype:  # torch copies whole rows (memcpy per row)
-                # (torch.from_numpy would warn on a read-only buffer, which numpy then reads instead)
-                torch.index_select(torch.from_numpy(windows), 0, torch.from_numpy(rows), out=out)
-                gathered = None
-            else:
-                gathered = windows[rows]
-        if gathered is not None:
-            np.copyto(target, gathered, casting="unsafe")
-        if edges:
-            outside = (first < 0) | (first >= len(windows))
-            shift = self._shift if self._shift is not None else np.zeros_like(starts)
-            for row in np.flatnonzero(outside).tolist():  # only rows at the very start or end of values
-                start, kept, at = int(starts[row]), int(self.lengths[row]), int(shift[row])
-                target[row, at:at + kept] = values[start:start + kept]
-        target[self.padding] = pad_value  # reads outside a row are padded over
-        return out
+        if out.dtype == torch.int64 and values.dtype.kind in "iub" and _fits_int64(pad_value):
+            target = out.numpy() if target is None else target
+            if _compiled(target):
+                pad_spans(values, starts, self._kept, self._left, pad_value, target)
+                return out
+        return self.fill(values[:0] if not len(values) else values[span_index(starts, self._given)[0]],
+                         pad_value, dtype, out=out)
+
+
+def _compiled(array: np.ndarray) -> bool:
+    """Whether the compiled loops write ``array``: a writable 2-D int64 array."""
+    return array.dtype == np.int64 and array.ndim == 2 and array.flags.writeable
+
+
+def _fits_int64(value: float | int) -> bool:
+    """Whether ``value`` is an integer that int64 holds exactly (a pad value the loops write as is)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and -2**63 <= value < 2**63
 
 
 def pad_sequences(

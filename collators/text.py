@@ -199,7 +199,7 @@ class TextCollator:
             if key in inputs.keys:
                 batch[key] = pad_per_token(inputs, key, lengths, layout, pad_value, slots.get(key))
         if "attention_mask" not in batch:
-            batch["attention_mask"] = slots["attention_mask"].copy_(layout.mask)
+            batch["attention_mask"] = layout.write_mask(slots["attention_mask"], slots.arrays["attention_mask"])
         consumed.update(("input_ids", *opts.TOKEN_KEYS, self.target_field))
         if self.task_type == "seq2seq" and self.target_text_field in inputs.keys and target is None:
             consumed.add(self.target_text_field)  # None in every row: nothing to pass through

@@ -1,0 +1,89 @@
+"""The compiled padding loops behind ``PaddingLayout.gather``, ``repad`` and ``write_mask`` equal a plain Python
+reference on random layouts: every integer and bool dtype, read-only, strided and zero-stride buffers, both
+padding sides, truncated rows, empty rows and empty batches; other dtypes keep the numpy path, with the same
+result."""
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from collators._padding import PaddingLayout
+
+DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64, np.bool_]
+
+
+def reference(values, starts, lengths, width, side, pad_value):
+    """Row by row in Python: each row's first ``width`` values, padded on ``side``."""
+    rows = []
+    for start, length in zip(starts.tolist(), lengths.tolist()):
+        kept = [int(v) for v in values[start:start + min(length, width)].astype(np.int64)]
+        padding = [pad_value] * (width - len(kept))
+        rows.append(kept + padding if side == "right" else padding + kept)
+    return torch.tensor(rows, dtype=torch.int64).reshape(len(rows), width)
+
+
+@st.composite
+def layouts(draw):
+    dtype = draw(st.sampled_from(DTYPES))
+    size = draw(st.integers(0, 60))
+    high = 2 if dtype is np.bool_ else min(int(np.iinfo(dtype).max), 10_000)
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    values = rng.integers(0, high, size).astype(dtype)
+    form = draw(st.sampled_from(["plain", "read-only", "strided", "zero-stride"]))
+    if form == "read-only":
+        values.flags.writeable = False
+    elif form == "strided":
+        values = np.repeat(values, 2)[::2]
+    elif form == "zero-stride":
+        values = np.broadcast_to(values[:1] if size else np.ones(1, dtype=dtype), (max(size, 1),))
+    rows = draw(st.integers(0, 6))
+    lengths = np.asarray([draw(st.integers(0, len(values))) for _ in range(rows)], dtype=np.int64)
+    starts = np.asarray([0 if form == "zero-stride" else draw(st.integers(0, len(values) - n)) for n in lengths],
+                        dtype=np.int64)
+    width = draw(st.integers(0, 12))
+    side = draw(st.sampled_from(["right", "left"]))
+    pad_value = draw(st.sampled_from([0, -100, 50256]))
+    return values, starts, lengths, width, side, pad_value
+
+
+@settings(max_examples=300, deadline=None)
+@given(layouts())
+def test_gather_repad_and_mask_equal_the_reference(case):
+    values, starts, lengths, width, side, pad_value = case
+    layout = PaddingLayout(lengths, length=width, padding_side=side)
+    expected = reference(values, starts, lengths, width, side, pad_value)
+    before = values.copy()
+    out = torch.full((len(lengths), width), 123, dtype=torch.int64)
+    assert layout.gather(values, starts, pad_value, out=out) is out
+    assert torch.equal(out, expected)
+    assert np.array_equal(values, before)  # only read
+    relabelled = np.full_like(out.numpy(), 7)
+    layout.repad(out.numpy(), -100, out=relabelled)
+    assert torch.equal(torch.from_numpy(relabelled), expected.masked_fill(~layout.mask, -100))
+    mask = torch.full_like(out, 9)
+    assert torch.equal(layout.write_mask(mask), layout.mask.long())
+    assert layout.mask.shape == (len(lengths), width)
+    assert layout.mask.sum(1).tolist() == np.minimum(lengths, width).tolist()
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("out_dtype, values_dtype", [(torch.float32, np.int64), (torch.int32, np.int32),
+                                                     (torch.int64, np.float32), (torch.bool, np.bool_)])
+def test_other_dtypes_take_the_numpy_path_with_the_same_result(side, out_dtype, values_dtype):
+    values = np.arange(1, 21).astype(values_dtype) if values_dtype is not np.bool_ else np.arange(20) % 3 == 0
+    starts, lengths = np.array([3, 0, 12]), np.array([5, 2, 8])
+    layout = PaddingLayout(lengths, length=6, padding_side=side)
+    out = torch.empty((3, 6), dtype=out_dtype)
+    layout.gather(values, starts, 0, out=out)
+    expected = reference(values, starts, lengths, 6, side, 0).to(out_dtype)
+    assert torch.equal(out, expected)
+
+
+def test_a_float_pad_value_takes_the_numpy_path():
+    layout = PaddingLayout(np.array([1, 3]), length=3)
+    out = torch.empty((2, 3), dtype=torch.int64)
+    layout.gather(np.arange(10), np.array([4, 0]), 2.0, out=out)  # numpy's cast, as before: 2.0 -> 2
+    assert out.tolist() == [[4, 2, 2], [0, 1, 2]]
