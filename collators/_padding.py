@@ -176,7 +176,10 @@ class PaddingLayout:
         if out.dtype == torch.int64 and values.dtype.kind in "iub" and _fits_int64(pad_value):
             target = out.numpy() if target is None else target
             if _compiled(target):
-                pad_spans(values, starts, self._kept, self._left, pad_value, target)
+                outside, _ = pad_spans(values, starts, self._kept, self._left, pad_value, target)
+                if outside >= 0:
+                    raise ValueError(f"row {outside}: its kept span starts={int(starts[outside])}, length "
+                                     f"{int(self._kept[outside])} should lie inside values (length {len(values)})")
                 return out
         return self.fill(values[:0] if not len(values) else values[span_index(starts, self._given)[0]],
                          pad_value, dtype, out=out)

@@ -87,3 +87,13 @@ def test_a_float_pad_value_takes_the_numpy_path():
     out = torch.empty((2, 3), dtype=torch.int64)
     layout.gather(np.arange(10), np.array([4, 0]), 2.0, out=out)  # numpy's cast, as before: 2.0 -> 2
     assert out.tolist() == [[4, 2, 2], [0, 1, 2]]
+
+
+@pytest.mark.parametrize("start", [-1, 8])
+def test_a_span_outside_the_values_is_refused_before_anything_is_written(start):
+    layout = PaddingLayout(np.array([2, 3]), length=3)
+    out = torch.full((2, 3), 5, dtype=torch.int64)
+    with pytest.raises(ValueError, match=rf"row 1: its kept span starts={start}, length 3 should lie inside values "
+                                         r"\(length 10\)"):
+        layout.gather(np.arange(10), np.array([0, start]), 0, out=out)
+    assert torch.equal(out, torch.full((2, 3), 5))
