@@ -1,4 +1,5 @@
-"""Vectorized padding shared by the collators: one concatenation and one masked write per batch.
+"""Padding shared by the collators: rows given whole are concatenated and written with one masked write per
+key; rows given as spans of a buffer are written by compiled loops in one pass (:mod:`collators._kernels`).
 
 A :class:`PaddingLayout` records where each row's kept elements land in a ``[batch, length]`` tensor. It is
 computed once from the row lengths and reused for every per-token key of a batch (ids, masks, labels), so all

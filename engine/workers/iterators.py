@@ -1,5 +1,5 @@
-"""The iterators a map-style loader hands out: torchdata's, without torch's per-batch profiler range while no
-profiler runs.
+"""The iterators a map-style loader hands out (``num_workers=0`` and worker processes): torchdata's, without
+torch's per-batch profiler range while no profiler runs.
 
 torch's ``DataLoader`` wraps every ``next()`` in ``record_function("enumerate(DataLoader)#...")``. With no
 profiler running the range records nothing, yet entering and leaving it dispatches two profiler ops, and on the
