@@ -14,11 +14,29 @@ other position holds the pad value; ``kept <= width`` (the padding layout's kept
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
+from typing import Any
+
 import numba
 import numpy as np
 
 
-@numba.njit(nogil=True, cache=True)
+def compiled(function: Callable[..., Any]) -> Any:
+    """``numba.njit(nogil=True, cache=True)(function)``. Where numba finds no writable place for its disk cache
+    (neither beside this module nor in the user's cache folder, as in a read-only container) it says so, and the
+    loops are compiled in every process instead (about 1 s at the first batch)."""
+    try:
+        return numba.njit(nogil=True, cache=True)(function)
+    except RuntimeError as error:
+        if "no locator available" not in str(error):
+            raise
+        warnings.warn(f"{error}: the padding loops will be compiled in every process (about 1 s at its first batch); "
+                      f"set NUMBA_CACHE_DIR to a writable folder to compile them once", stacklevel=2)
+        return numba.njit(nogil=True)(function)
+
+
+@compiled
 def pad_spans(values: np.ndarray, starts: np.ndarray, kept: np.ndarray, left: bool, pad_value: int,
               out: np.ndarray) -> tuple[int, int]:
     """Row ``r`` of ``out`` = ``values[starts[r]:starts[r] + kept[r]]``, padded with ``pad_value``.
@@ -48,7 +66,7 @@ def pad_spans(values: np.ndarray, starts: np.ndarray, kept: np.ndarray, left: bo
     return -1, touched
 
 
-@numba.njit(nogil=True, cache=True)
+@compiled
 def repad_rows(source: np.ndarray, kept: np.ndarray, left: bool, pad_value: int, out: np.ndarray) -> None:
     """``out`` = ``source`` (both padded the same way), with ``pad_value`` at every padded position."""
     rows, width = out.shape
@@ -63,7 +81,7 @@ def repad_rows(source: np.ndarray, kept: np.ndarray, left: bool, pad_value: int,
             out[r, j] = pad_value
 
 
-@numba.njit(nogil=True, cache=True)
+@compiled
 def write_mask(kept: np.ndarray, left: bool, out: np.ndarray) -> None:
     """``out`` = 1 at kept positions and 0 at padding (an attention mask)."""
     rows, width = out.shape

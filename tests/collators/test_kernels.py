@@ -97,3 +97,18 @@ def test_a_span_outside_the_values_is_refused_before_anything_is_written(start):
                                          r"\(length 10\)"):
         layout.gather(np.arange(10), np.array([0, start]), 0, out=out)
     assert torch.equal(out, torch.full((2, 3), 5))
+
+
+def test_without_a_writable_cache_location_the_loops_compile_per_process_and_say_so(monkeypatch):
+    from numba.core import config
+
+    from collators._kernels import compiled
+
+    monkeypatch.setattr(config, "CACHE_LOCATOR_CLASSES", "IPythonCacheLocator")  # finds no place outside IPython
+
+    def double(values):
+        return values * 2
+
+    with pytest.warns(UserWarning, match=r"no locator available .* set NUMBA_CACHE_DIR to a writable folder"):
+        loop = compiled(double)
+    assert loop(np.int64(21)) == 42
