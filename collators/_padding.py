@@ -109,7 +109,7 @@ class PaddingLayout:
 
     def repad(self, source: np.ndarray, pad_value: float | int, *, out: np.ndarray) -> np.ndarray:
         """``out`` = ``source`` (arrays of this layout) with every padded position set to ``pad_value``."""
-        if _compiled(out) and source.dtype == np.int64 and _fits_int64(pad_value):
+        if _loop_writes(out) and source.dtype == np.int64 and _fits_int64(pad_value):
             repad_rows(source, self._kept, self._left, pad_value, out)
             return out
         np.copyto(out, source, casting="unsafe")
@@ -120,7 +120,7 @@ class PaddingLayout:
         """``out`` (a ``[batch, length]`` tensor; ``target``, when given, is it as a numpy array) = this layout's
         mask: 1 (True) at kept elements, 0 at padding."""
         target = out.numpy() if target is None else target
-        if _compiled(target):
+        if _loop_writes(target):
             write_mask(self._kept, self._left, target)
         else:
             np.copyto(target, self._mask_array(), casting="unsafe")
@@ -176,7 +176,7 @@ class PaddingLayout:
             out = torch.empty((len(self._given), self.length), dtype=dtype or torch.from_numpy(values[:0]).dtype)
         if out.dtype == torch.int64 and values.dtype.kind in "iub" and _fits_int64(pad_value):
             target = out.numpy() if target is None else target
-            if _compiled(target):
+            if _loop_writes(target):
                 outside, _ = pad_spans(values, starts, self._kept, self._left, pad_value, target)
                 if outside >= 0:
                     raise ValueError(f"row {outside}: its kept span starts={int(starts[outside])}, length "
@@ -186,7 +186,7 @@ class PaddingLayout:
                          pad_value, dtype, out=out)
 
 
-def _compiled(array: np.ndarray) -> bool:
+def _loop_writes(array: np.ndarray) -> bool:
     """Whether the compiled loops write ``array``: a writable 2-D int64 array."""
     return array.dtype == np.int64 and array.ndim == 2 and array.flags.writeable
 

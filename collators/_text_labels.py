@@ -84,7 +84,7 @@ def pad_per_token(inputs: RowInputs | ColumnInputs, key: str, lengths: torch.Ten
         flat, key_lengths = inputs.ids(key, allow_bool=True)
         check_same_lengths(key_lengths, lengths, key, "input_ids")
         if out is not None and key == "attention_mask" and isinstance(flat, np.ndarray) and all_ones(flat):
-            return out.copy_(layout.mask)  # what the fill gives; the common case for Arrow columns, without the scatter
+            return layout.write_mask(out)  # what the fill gives, without the scatter
         padded = layout.fill(flat, pad_value, torch.long, out=out)
     if check is not None:
         check_padded(padded, layout, key, **check)
