@@ -9,7 +9,9 @@ collator that draws random numbers), fetch (``__getitems__`` and the columns it 
 whose excess over the stages is the loader's own glue. The floor is a copy of the finished batch's tensors (a
 memcpy). The stages run back to back, with warm caches; a training step evicts them, so the loader is also timed
 the way a loop meets it: the median ``next()`` after a step of single-thread matmuls (about 3 ms), with cold
-caches.
+caches. On a shared machine much of that penalty is the machine's: the last rows time a fixed workload that is
+not ours back to back and after the same step (on this 2-core VM, even 3 ms of a spin loop that touches nothing
+slows the next piece of work, ours or not, by 1.3-2x).
 
 Where a stage has a "before", the anchor column holds it: the row path these batches took before the columns
 path (per-row views of the buffer, or ``datasets``' row dicts, then the collator on rows), on the same rows and
@@ -180,23 +182,53 @@ def _whole_loader(dm: UniversalDataModule, repeats: int) -> float:
     return best_seconds(epoch, repeats=repeats) / len(loader)
 
 
+_MATRIX = torch.randn(256, 256, generator=torch.Generator().manual_seed(0))
+
+
+def _step() -> None:
+    """A training step's stand-in: eight single-thread 256x256 matmuls, about 3 ms here."""
+    for _ in range(8):
+        _MATRIX @ _MATRIX
+
+
 def _after_a_step(dm: UniversalDataModule, passes: int = 3) -> float:
-    """Median seconds of ``next()`` on the module's training loader when each call follows a step of
-    single-thread matmuls (eight 256x256 products, about 3 ms here): the caches are as a training loop leaves
-    them. The lowest median of ``passes`` passes."""
-    loader, matrix = dm.train_dataloader(), torch.randn(256, 256, generator=torch.Generator().manual_seed(0))
-    medians = []
+    """Median seconds of ``next()`` on the module's training loader when each call follows a :func:`_step`: the
+    caches are as a training loop leaves them. The lowest median of ``passes`` passes."""
+    loader, medians = dm.train_dataloader(), []
     for _ in range(passes):
         batches, waits = iter(loader), []
         while True:
-            for _ in range(8):
-                matrix @ matrix
+            _step()
             start = time.perf_counter()
             if next(batches, None) is None:
                 break
             waits.append(time.perf_counter() - start)
         medians.append(float(np.median(waits)))
     return min(medians)
+
+
+def machine_reference(calls: int = 200) -> list[dict[str, Any]]:
+    """What the machine does to code that is not ours: a fixed workload (``np.sort`` of 20,000 floats and a pass
+    over a 3,000-key dict), timed back to back and right after a :func:`_step`, medians of ``calls`` calls. Their
+    ratio is the slowdown a step's gap alone causes here, to read the loader's "after a step" row against."""
+    values, table = np.random.default_rng(0).random(20_000), {index: str(index) for index in range(3_000)}
+
+    def work() -> None:
+        np.sort(values)
+        sum(len(text) for text in table.values())
+
+    medians = []
+    for before in (lambda: None, _step):
+        times = []
+        for _ in range(calls):
+            before()
+            start = time.perf_counter()
+            work()
+            times.append(time.perf_counter() - start)
+        medians.append(float(np.median(times)))
+    case = "machine reference (np.sort of 20k floats + a 3,000-key dict pass, not ours)"
+    return [_row(case, "back to back", medians[0]),
+            _row(case, "after a step", medians[1], note=f"{medians[1] / medians[0]:.2f}x back to back")]
 
 
 def image_modules(rows: int) -> list[tuple[str, UniversalDataModule]]:
@@ -214,7 +246,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         stages("HF Arrow", arrow_module(rows), repeats=repeats)
     for case, dm in image_modules(rows):
         out += image_stages(case, dm, repeats=repeats)
-    return out
+    return out + machine_reference()
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from collators._kernels import pad_spans, repad_rows, write_mask
+from collators._kernels import NOT_WRITTEN, pad_spans, repad_rows, write_mask
 from collators._layout_index import row_masks, span_index
 
 PADDING_SIDES = ("right", "left")
@@ -177,13 +177,41 @@ class PaddingLayout:
         if out.dtype == torch.int64 and values.dtype.kind in "iub" and _fits_int64(pad_value):
             target = out.numpy() if target is None else target
             if _loop_writes(target):
-                outside, _ = pad_spans(values, starts, self._kept, self._left, pad_value, target)
-                if outside >= 0:
-                    raise ValueError(f"row {outside}: its kept span starts={int(starts[outside])}, length "
-                                     f"{int(self._kept[outside])} should lie inside values (length {len(values)})")
+                self._pad_spans(values, starts, pad_value, target, NOT_WRITTEN, NOT_WRITTEN, 0)
                 return out
         return self.fill(values[:0] if not len(values) else values[span_index(starts, self._given)[0]],
                          pad_value, dtype, out=out)
+
+    def gather_tokens(self, values: np.ndarray, starts: np.ndarray, pad_value: int, out: np.ndarray, *,
+                      mask: np.ndarray | None = None, labels: np.ndarray | None = None,
+                      label_pad: int = 0) -> tuple[int, int]:
+        """:meth:`gather` of integer or bool ``values`` into ``out`` (a writable int64 ``[batch, length]`` array)
+        in one compiled pass, which also writes the attention mask into ``mask`` and causal-LM labels (``out``
+        with ``label_pad`` at padding) into ``labels`` when they are given (arrays like ``out``).
+
+        Returns the smallest and largest kept value (``(2**63 - 1, -2**63)`` when none is kept): what a range
+        check needs, without a pass of its own.
+        """
+        extras = [array for array in (mask, labels) if array is not None]
+        if values.dtype.kind not in "iub" or not all(_loop_writes(array) and array.shape == (len(self._kept),
+                                                     self.length) for array in (out, *extras)):
+            raise TypeError(f"gather_tokens needs integer or bool values and writable int64 outputs of shape "
+                            f"{(len(self._kept), self.length)}, but got values of {values.dtype} and outputs "
+                            f"{[(array.dtype, array.shape) for array in (out, *extras)]}")
+        if not (_fits_int64(pad_value) and _fits_int64(label_pad)):
+            raise ValueError(f"pad values should be int64 integers, but got pad_value={pad_value!r}, "
+                             f"label_pad={label_pad!r}")
+        return self._pad_spans(values, starts, pad_value, out, NOT_WRITTEN if mask is None else mask,
+                               NOT_WRITTEN if labels is None else labels, label_pad)
+
+    def _pad_spans(self, values: np.ndarray, starts: np.ndarray, pad_value: int, out: np.ndarray, mask: np.ndarray,
+                   labels: np.ndarray, label_pad: int) -> tuple[int, int]:
+        outside, low, high = pad_spans(values, starts, self._kept, self._left, pad_value, out, mask, labels,
+                                       label_pad)
+        if outside >= 0:
+            raise ValueError(f"row {outside}: its kept span starts={int(starts[outside])}, length "
+                             f"{int(self._kept[outside])} should lie inside values (length {len(values)})")
+        return low, high
 
 
 def _loop_writes(array: np.ndarray) -> bool:

@@ -76,14 +76,17 @@ def check_range(values: Any, key: str, *, high: int | None, limit: str = "", ign
 
 
 def check_padded(padded: torch.Tensor | np.ndarray, layout: Any, key: str, *, high: int | None, limit: str = "",
-                 ignore: int | None = None, fix: str = VOCAB_FIX) -> None:
+                 ignore: int | None = None, fix: str = VOCAB_FIX,
+                 value_range: tuple[int, int] | None = None) -> None:
     """:func:`check_range` on what reaches the model: the kept (real) elements of the padded ``[batch, length]``
-    tensor of a :class:`collators._padding.PaddingLayout`. One min and one max over the whole tensor settle the
-    common case; only a batch whose padding or values fall outside pays for selecting its real elements."""
+    tensor of a :class:`collators._padding.PaddingLayout`. One min and one max settle the common case (over the
+    whole tensor, or ``value_range``: the kept elements' min and max, as the compiled padding pass returns them);
+    only a batch whose padding or values fall outside pays for selecting its real elements."""
     values = padded.numpy() if isinstance(padded, torch.Tensor) else padded
     # ufunc reductions: the same min and max as ndarray.min/max, without their Python wrappers
-    if values.size and np.minimum.reduce(values, axis=None) >= 0 and (
-            high is None or np.maximum.reduce(values, axis=None) < high):
+    if value_range is None and values.size:
+        value_range = np.minimum.reduce(values, axis=None), np.maximum.reduce(values, axis=None)
+    if value_range is None or value_range[0] >= 0 and (high is None or value_range[1] < high):
         return
     check_range(values[layout.mask.numpy()], key, high=high, limit=limit, ignore=ignore, lengths=layout.lengths,
                 fix=fix)

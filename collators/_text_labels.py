@@ -19,7 +19,7 @@ from collators._text_targets import collate_targets
 from collators.masking import mask_tokens
 
 if TYPE_CHECKING:
-    from collators._text_batch import ColumnInputs, RowInputs
+    from collators._text_batch import ColumnInputs, RowInputs, SpanColumn
 
 def target_key(options: TextOptions, inputs: RowInputs | ColumnInputs) -> str | None:
     """The key the batch's targets come from, or None when no row has one (a batch for prediction).
@@ -41,9 +41,11 @@ def target_key(options: TextOptions, inputs: RowInputs | ColumnInputs) -> str | 
 
 class Slots(dict):
     """``{key: [batch, length] int64 tensor}``, all views of one buffer, with :attr:`arrays`: the same views as
-    numpy arrays (writing through them costs no tensor-to-numpy conversion per use)."""
+    numpy arrays (writing through them costs no tensor-to-numpy conversion per use), and :attr:`written`: the
+    keys the input ids' compiled pass already wrote."""
 
     arrays: dict[str, np.ndarray]
+    written: frozenset[str]
 
 
 def output_slots(keys: list[str], layout: PaddingLayout) -> Slots:
@@ -56,8 +58,44 @@ def output_slots(keys: list[str], layout: PaddingLayout) -> Slots:
     keys = list(dict.fromkeys(keys))
     buffer = np.empty((len(keys), len(layout.lengths), layout.length), dtype=np.int64)
     slots = Slots(zip(keys, torch.from_numpy(buffer).unbind(0)))
-    slots.arrays = dict(zip(keys, buffer))
+    slots.arrays, slots.written = dict(zip(keys, buffer)), frozenset()
     return slots
+
+
+def pad_input_ids(options: TextOptions, inputs: RowInputs | ColumnInputs, flat: Any, spans: SpanColumn | None,
+                  lengths: torch.Tensor, layout: PaddingLayout, slots: Slots, has_target: bool) -> torch.Tensor:
+    """``input_ids`` padded into their slot (from ``flat``, or from ``spans`` of a token buffer) and checked
+    against the vocabulary.
+
+    Spans take one compiled pass, which also writes the attention mask when the rows carry none (or carry ones,
+    see :func:`_mask_of_ones`), and the causal-LM labels when they are derived from the ids;
+    :attr:`Slots.written` names them.
+    """
+    arrays, value_range = slots.arrays, None
+    if spans is None:
+        layout.fill(flat, options.pad_token_id, out=slots["input_ids"])
+    else:
+        mask = arrays["attention_mask"] if "attention_mask" not in inputs.keys or _mask_of_ones(inputs, lengths) \
+            else None
+        labels = arrays[options.target_field] if options.task_type == "causal_lm" and not has_target else None
+        value_range = layout.gather_tokens(spans.values, spans.starts, options.pad_token_id, arrays["input_ids"],
+                                           mask=mask, labels=labels, label_pad=options.label_pad_token_id)
+        slots.written = frozenset(key for key, array in (("attention_mask", mask), (options.target_field, labels))
+                                  if array is not None)
+    if options.check_values:
+        check_padded(arrays["input_ids"], layout, "input_ids", high=options.vocab_size, limit=options.vocab_source,
+                     value_range=value_range)
+    return slots["input_ids"]
+
+
+def _mask_of_ones(inputs: RowInputs | ColumnInputs, lengths: torch.Tensor) -> bool:
+    """Whether the rows' attention mask is all ones, handed over as spans of one repeated 1 (as the engine hands
+    over a uniform Arrow column), one per token of ``input_ids`` (else the row's error is raised)."""
+    spans = inputs.spans("attention_mask", allow_bool=True)
+    if spans is None or spans.values.strides != (0,) or not len(spans.values) or spans.values[0] != 1:
+        return False
+    check_same_lengths(torch.from_numpy(spans.lengths), lengths, "attention_mask", "input_ids")
+    return True
 
 
 def slot_keys(task_type: str, target_field: str, keys: list[str], has_target: bool) -> list[str]:
@@ -142,9 +180,9 @@ def add_labels(options: TextOptions, batch: dict[str, Any], inputs: RowInputs | 
         batch["input_ids"] = slots["input_ids"].copy_(masked)
         batch[field] = slots[field].copy_(labels)
     elif task == "causal_lm" and key is None:
-        arrays = slots.arrays
         batch[field] = slots[field]
-        layout.repad(arrays["input_ids"], options.label_pad_token_id, out=arrays[field])
+        if field not in slots.written:
+            layout.repad(slots.arrays["input_ids"], options.label_pad_token_id, out=slots.arrays[field])
     elif key is None:
         if task == "seq2seq" and "decoder_input_ids" in inputs.keys:
             _add_decoder_inputs(options, batch, inputs, consumed)

@@ -12,9 +12,8 @@ from collators import _text_options as opts
 from collators._extra import collate_extra
 from collators._padding import PaddingLayout, check_padding_side, padded_length
 from collators._text_batch import ColumnInputs, RaggedColumn, RowInputs, SpanColumn, batch_inputs
-from collators._text_checks import check_padded
 from collators._text_inputs import flatten_ids, tokenize_column
-from collators._text_labels import add_labels, output_slots, pad_per_token, slot_keys, target_key
+from collators._text_labels import add_labels, output_slots, pad_input_ids, pad_per_token, slot_keys, target_key
 from task_spec import TaskSpec
 
 __all__ = ["RaggedColumn", "SpanColumn", "TextCollator", "create_text_collator"]
@@ -178,7 +177,7 @@ class TextCollator:
         if spans is None:
             flat, lengths, consumed = self._input_ids(inputs)
         else:  # spans of a token buffer: padded straight from it, reading only the kept tokens
-            lengths, consumed = torch.from_numpy(spans.lengths), set()
+            flat, lengths, consumed = None, torch.from_numpy(spans.lengths), set()
         longest = int(lengths.max()) if spans is None else int(np.maximum.reduce(spans.lengths))
         width = padded_length(longest, max_length=self.max_length, padding=self.padding,
                               buckets=self.pad_to_buckets, pad_to_multiple_of=self.pad_to_multiple_of)
@@ -186,20 +185,15 @@ class TextCollator:
                                padding_side=self.padding_side)
         target = target_key(self, inputs)
         slots = output_slots(slot_keys(self.task_type, self.target_field, inputs.keys, target is not None), layout)
-        if spans is None:
-            ids = layout.fill(flat, self.pad_token_id, out=slots["input_ids"])
-        else:
-            ids = layout.gather(spans.values, spans.starts, self.pad_token_id, out=slots["input_ids"],
-                                target=slots.arrays["input_ids"])
-        if self.check_values:
-            check_padded(slots.arrays["input_ids"], layout, "input_ids", high=self.vocab_size,
-                         limit=self.vocab_source)
-        batch: dict[str, Any] = {"input_ids": ids}
+        batch: dict[str, Any] = {"input_ids": pad_input_ids(self, inputs, flat, spans, lengths, layout, slots,
+                                                             target is not None)}
         for key, pad_value in opts.TOKEN_KEYS.items():
             if key in inputs.keys:
-                batch[key] = pad_per_token(inputs, key, lengths, layout, pad_value, slots.get(key))
+                batch[key] = slots[key] if key in slots.written else pad_per_token(inputs, key, lengths, layout,
+                                                                                   pad_value, slots.get(key))
         if "attention_mask" not in batch:
-            batch["attention_mask"] = layout.write_mask(slots["attention_mask"], slots.arrays["attention_mask"])
+            batch["attention_mask"] = slots["attention_mask"] if "attention_mask" in slots.written else \
+                layout.write_mask(slots["attention_mask"], slots.arrays["attention_mask"])
         consumed.update(("input_ids", *opts.TOKEN_KEYS, self.target_field))
         if self.task_type == "seq2seq" and self.target_text_field in inputs.keys and target is None:
             consumed.add(self.target_text_field)  # None in every row: nothing to pass through

@@ -1,7 +1,7 @@
-"""The compiled padding loops behind ``PaddingLayout.gather``, ``repad`` and ``write_mask`` equal a plain Python
-reference on random layouts: every integer and bool dtype, read-only, strided and zero-stride buffers, both
-padding sides, truncated rows, empty rows and empty batches; other dtypes keep the numpy path, with the same
-result."""
+"""The compiled padding loops behind ``PaddingLayout.gather``, ``gather_tokens``, ``repad`` and ``write_mask``
+equal a plain Python reference on random layouts: every integer and bool dtype, read-only, strided and zero-stride
+buffers, both padding sides, truncated rows, empty rows and empty batches; other dtypes keep the numpy path, with
+the same result."""
 
 import numpy as np
 import pytest
@@ -67,6 +67,38 @@ def test_gather_repad_and_mask_equal_the_reference(case):
     assert torch.equal(layout.write_mask(mask), layout.mask.long())
     assert layout.mask.shape == (len(lengths), width)
     assert layout.mask.sum(1).tolist() == np.minimum(lengths, width).tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(layouts(), st.sampled_from(["mask", "labels", "both", "neither"]))
+def test_gather_tokens_writes_ids_mask_and_labels_in_one_pass_and_returns_the_kept_range(case, extras):
+    values, starts, lengths, width, side, pad_value = case
+    layout = PaddingLayout(lengths, length=width, padding_side=side)
+    expected = reference(values, starts, lengths, width, side, pad_value)
+    out, mask, labels = (np.full((len(lengths), width), fill, dtype=np.int64) for fill in (123, 9, 7))
+    low, high = layout.gather_tokens(values, starts, pad_value, out, mask=mask if extras in ("mask", "both") else None,
+                                     labels=labels if extras in ("labels", "both") else None, label_pad=-100)
+    assert torch.equal(torch.from_numpy(out), expected)
+    assert np.array_equal(mask, layout.mask.long().numpy() if extras in ("mask", "both") else np.full_like(mask, 9))
+    assert np.array_equal(labels, expected.masked_fill(~layout.mask, -100).numpy() if extras in ("labels", "both")
+                          else np.full_like(labels, 7))
+    kept = expected[layout.mask]
+    assert (low, high) == ((int(kept.min()), int(kept.max())) if len(kept) else (2**63 - 1, -2**63))
+
+
+def test_gather_tokens_refuses_outputs_it_cannot_write_and_pad_values_beyond_int64():
+    layout = PaddingLayout(np.array([2, 3]), length=3)
+    values, starts = np.arange(10), np.array([0, 4])
+    read_only = np.zeros((2, 3), np.int64)
+    read_only.flags.writeable = False
+    for bad in (np.zeros((2, 4), np.int64), np.zeros((3, 3), np.int64), np.zeros((2, 3), np.int32), read_only):
+        with pytest.raises(TypeError, match=r"writable int64 outputs of shape \(2, 3\)"):
+            layout.gather_tokens(values, starts, 0, np.zeros((2, 3), np.int64), mask=bad)
+    with pytest.raises(TypeError, match="integer or bool values"):
+        layout.gather_tokens(values.astype(np.float32), starts, 0, np.zeros((2, 3), np.int64))
+    with pytest.raises(ValueError, match=r"pad values should be int64 integers, but got pad_value=0, "
+                                         r"label_pad=9223372036854775808"):
+        layout.gather_tokens(values, starts, 0, np.zeros((2, 3), np.int64), label_pad=2**63)
 
 
 @pytest.mark.parametrize("side", ["right", "left"])

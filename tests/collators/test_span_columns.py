@@ -42,12 +42,16 @@ OPTIONS = [{}, {"max_length": 4}, {"max_length": 1}, {"pad_to_multiple_of": 8, "
            {"task_type": "masked_lm", "mask_token_id": 1, "mlm_probability": 0.5, "max_length": 3}]
 
 
+@pytest.mark.parametrize("with_mask", [True, False], ids=["mask given", "mask derived"])
 @pytest.mark.parametrize("side", ["right", "left"])
 @pytest.mark.parametrize("options", OPTIONS)
-def test_spans_give_the_row_paths_batch(side, options):
+def test_spans_give_the_row_paths_batch(side, options, with_mask):
+    """Without a mask column, the ids' compiled pass also writes the mask and the causal-LM labels."""
     collate = TextCollator(pad_token_id=0, padding_side=side, vocab_size=40, **options)
-    rows = [{"input_ids": row, "attention_mask": [1] * len(row)} for row in ROWS]
-    columns = {"input_ids": spans_of(ROWS), "attention_mask": spans_of([[1] * len(row) for row in ROWS])}
+    rows = [{"input_ids": row, "attention_mask": [1] * len(row)} if with_mask else {"input_ids": row} for row in ROWS]
+    columns = {"input_ids": spans_of(ROWS)}
+    if with_mask:
+        columns["attention_mask"] = spans_of([[1] * len(row) for row in ROWS])
     ours = collate.collate_columns(columns, generator=torch.Generator().manual_seed(3))
     reference = collate(rows, generator=torch.Generator().manual_seed(3))
     assert_batches_equal(ours, reference)
@@ -68,6 +72,21 @@ def test_given_labels_and_masks_with_zeros_are_padded_from_their_spans():
                "labels": spans_of(labels, junk=-7)}
     rows = [{"input_ids": r, "attention_mask": m, "labels": lab} for r, m, lab in zip(ROWS, masks, labels)]
     assert_batches_equal(collate.collate_columns(columns), collate(rows))
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("fill", [1, True, 0, 7])
+def test_a_mask_of_one_repeated_value_gives_the_row_paths_batch(fill, side):
+    """A uniform Arrow mask comes as spans of one repeated value; ones are written by the ids' pass."""
+    repeated = np.broadcast_to(np.array([fill]), (100,))
+    lengths = np.array([len(row) for row in ROWS])
+    columns = {"input_ids": spans_of(ROWS), "attention_mask": SpanColumn(repeated, np.zeros(4, np.int64), lengths)}
+    rows = [{"input_ids": row, "attention_mask": [fill] * len(row)} for row in ROWS]
+    collate = TextCollator(pad_token_id=0, vocab_size=40, max_length=5, padding_side=side)
+    assert_batches_equal(collate.collate_columns(columns), collate(rows))
+    columns["attention_mask"] = SpanColumn(repeated, np.zeros(4, np.int64), lengths + np.array([0, 1, 0, 0]))
+    with pytest.raises(ValueError, match=r"row 1: 'attention_mask' has 2 entries but 'input_ids' has 1"):
+        collate.collate_columns(columns)
 
 
 def test_the_buffer_is_only_read():
