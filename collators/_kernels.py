@@ -91,6 +91,16 @@ def _pad_row(out: np.ndarray, r: int, at: int, count: int, width: int, pad_value
 
 
 @compiled
+def first_span_outside(size: int, starts: np.ndarray, lengths: np.ndarray) -> int:
+    """The first row whose span ``[starts[r], starts[r] + lengths[r])`` is not inside ``[0, size)`` (a negative
+    length counts as outside), or -1: one call where numpy takes three reductions and a sum."""
+    for r in range(len(starts)):
+        if lengths[r] < 0 or starts[r] < 0 or starts[r] + lengths[r] > size:
+            return r
+    return -1
+
+
+@compiled
 def repad_rows(source: np.ndarray, kept: np.ndarray, left: bool, pad_value: int, out: np.ndarray) -> None:
     """``out`` = ``source`` (both padded the same way), with ``pad_value`` at every padded position."""
     rows, width = out.shape

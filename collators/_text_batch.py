@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from collators._kernels import first_span_outside
 from collators._layout_index import span_index
 from collators._text_inputs import as_mapping_rows, column, flatten_ids
 
@@ -210,8 +211,7 @@ class ColumnInputs:
                            np.asarray(value.lengths, dtype=np.int64))
         if spans.values.ndim != 1 or spans.starts.ndim != 1 or spans.lengths.shape != spans.starts.shape:
             raise TypeError(f"column {key!r}: a SpanColumn needs 1-D values, starts and lengths of one size")
-        if len(spans.lengths) and (np.minimum.reduce(spans.lengths) < 0 or np.minimum.reduce(spans.starts) < 0
-                                   or np.maximum.reduce(spans.starts + spans.lengths) > len(spans.values)):
+        if first_span_outside(len(spans.values), spans.starts, spans.lengths) >= 0:
             raise ValueError(f"column {key!r}: SpanColumn spans should lie inside values (length "
                              f"{len(spans.values)}), but got starts={spans.starts.tolist()}, "
                              f"lengths={spans.lengths.tolist()}")

@@ -144,3 +144,14 @@ def test_without_a_writable_cache_location_the_loops_compile_per_process_and_say
     with pytest.warns(UserWarning, match=r"no locator available .* set NUMBA_CACHE_DIR to a writable folder"):
         loop = compiled(double)
     assert loop(np.int64(21)) == 42
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 20), st.lists(st.tuples(st.integers(-3, 25), st.integers(-3, 25)), max_size=6))
+def test_first_span_outside_names_the_first_span_that_leaves_its_values(size, spans):
+    from collators._kernels import first_span_outside
+
+    starts = np.array([start for start, _ in spans], dtype=np.int64)
+    lengths = np.array([length for _, length in spans], dtype=np.int64)
+    outside = [row for row, (start, length) in enumerate(spans) if length < 0 or start < 0 or start + length > size]
+    assert first_span_outside(size, starts, lengths) == (outside[0] if outside else -1)
