@@ -1,4 +1,5 @@
-"""Compiled loops (numba) that write a padded ``[batch, width]`` int64 array in one pass.
+"""Compiled loops (numba): a padded ``[batch, width]`` int64 array written in one pass, and a uint8 image batch
+scaled and normalized in one pass.
 
 A batch of token rows padded with numpy takes a dozen calls (a gather, a padding mask, masked writes, a copy
 for the labels, a cast for the attention mask), each a C entry point of its own. In a training loop the step
@@ -122,3 +123,17 @@ def write_mask(kept: np.ndarray, left: bool, out: np.ndarray) -> None:
         for j in range(at, at + count):
             out[r, j] = 1
         _pad_row(out, r, at, count, width, 0)
+
+
+@compiled
+def scale_normalize(images: np.ndarray, scale: np.float32, mean: np.ndarray, std: np.ndarray,
+                    out: np.ndarray) -> None:
+    """``out[b, c, i] = (float32(images[b, c, i]) * scale - mean[c]) / std[c]`` over ``[batch, channels, pixels]``:
+    torchvision's ``to_dtype(scale=True)`` then ``normalize``, the same float32 operations in the same order (so
+    equal bit for bit), in one pass instead of four (a cast, a multiply, a subtract, a divide)."""
+    batch, channels, pixels = images.shape
+    for b in range(batch):
+        for c in range(channels):
+            shift, spread = mean[c], std[c]
+            for i in range(pixels):
+                out[b, c, i] = (np.float32(images[b, c, i]) * scale - shift) / spread

@@ -15,6 +15,8 @@ import torch
 import torchvision.transforms.v2.functional as TF
 from PIL import Image
 
+from collators._kernels import scale_normalize
+
 NORMALIZATION_PRESETS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "imagenet": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
     "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
@@ -45,6 +47,20 @@ def normalize_batch(
     if mean is None:
         return pixels.clone() if pixels is pixel_values else pixels
     return TF.normalize(pixels, list(mean), list(std), inplace=pixels is not pixel_values)
+
+
+def scale_uint8(stacked: torch.Tensor, mean: np.ndarray, std: np.ndarray) -> torch.Tensor:
+    """A uint8 ``[B, C, H, W]`` batch scaled to float32 [0, 1] by 1/255 (``to_dtype(scale=True)``), then
+    ``(x - mean) / std`` per channel (float32 arrays; zeros and ones to scale only), in one compiled pass
+    (:func:`collators._kernels.scale_normalize`): the values of torchvision's ops, bit for bit."""
+    if stacked.ndim != 4 or not len(mean) == len(std) == stacked.shape[1]:
+        raise ValueError(f"scale_uint8 needs a [B, C, H, W] batch and C values of mean and std, but got a batch of "
+                         f"shape {tuple(stacked.shape)}, mean={mean.tolist()}, std={std.tolist()}")
+    out = torch.empty(stacked.shape, dtype=torch.float32)
+    batch, channels = stacked.shape[:2]
+    scale_normalize(stacked.numpy().reshape(batch, channels, -1), np.float32(1.0 / 255), mean, std,
+                    out.numpy().reshape(batch, channels, -1))
+    return out
 
 
 FLOAT_TOLERANCE = 0.5

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 import torchvision.transforms.v2.functional as TF
 
@@ -19,6 +20,7 @@ from collators._vision_images import (
     RESIZE_FIX,
     check_float_range,
     normalize_batch,
+    scale_uint8,
     stack_plain,
     stats,
     to_chw,
@@ -108,6 +110,7 @@ class VisionCollator:
         # torchvision's normalize makes these from the lists on every call: [C, 1, 1] float32, made once here
         self._mean_tensor = torch.tensor(self.mean, dtype=torch.float32).view(-1, 1, 1)
         self._std_tensor = torch.tensor(self.std, dtype=torch.float32).view(-1, 1, 1)
+        self._statistics = self._mean_tensor.flatten().numpy(), self._std_tensor.flatten().numpy()
 
     def __call__(self, rows: Sequence[Any], generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
         """Collate ``rows``; ``generator`` is accepted for the collator contract and unused (nothing is random)."""
@@ -121,20 +124,25 @@ class VisionCollator:
         else:
             self._check_channels(stacked.shape[1])
             floats = [] if stacked.dtype == torch.uint8 else list(range(len(images)))
-        if self.keep_uint8:
-            batch = {self.input_field: stacked}
-        else:
-            # The stack is a copy, so the in-place scaling and normalize below never reach the caller's rows.
-            pixels = TF.to_dtype(stacked, torch.float32, scale=True)
-            if floats:
-                check_float_range(pixels, floats, self.input_field)
-            if self.normalize:  # the ops of torchvision's normalize, with the statistics made once
-                pixels = pixels.sub_(self._mean_tensor).div_(self._std_tensor)
-            batch = {self.input_field: pixels}
+        batch = {self.input_field: stacked if self.keep_uint8 else self._scaled(stacked, floats)}
         if any(label is not MISSING for label in labels):
             batch[str(self.target_field)] = collate_labels(labels, key=str(self.target_field),
                                                            num_classes=self.num_classes)
         return add_extra_keys(batch, rows, {self.input_field, str(self.target_field)})
+
+    def _scaled(self, stacked: torch.Tensor, floats: list[int]) -> torch.Tensor:
+        """The stacked batch as float32 in [0, 1], normalized when asked: a uint8 batch in one compiled pass, others
+        by torchvision's ops (in place: the stack is a copy, so the caller's rows are never touched)."""
+        if stacked.dtype == torch.uint8 and stacked.is_contiguous():
+            channels = stacked.shape[1]
+            return scale_uint8(stacked, *(self._statistics if self.normalize else (
+                np.zeros(channels, np.float32), np.ones(channels, np.float32))))
+        pixels = TF.to_dtype(stacked, torch.float32, scale=True)
+        if floats:
+            check_float_range(pixels, floats, self.input_field)
+        if self.normalize:  # the ops of torchvision's normalize, with the statistics made once
+            pixels = pixels.sub_(self._mean_tensor).div_(self._std_tensor)
+        return pixels
 
     def _stack_each(self, images: list[Any]) -> tuple[torch.Tensor, list[int]]:
         """The per-image path: each image to CHW (numpy, PIL, 2-D, mixed dtypes), checked, then stacked; returns the

@@ -65,6 +65,25 @@ class TestUint8AgainstTorchvision:
         kept = VisionCollator(keep_uint8=True)(images)["pixel_values"]
         assert kept.dtype == torch.uint8 and torch.equal(kept, torch.stack(images))
 
+    @pytest.mark.parametrize("channels", [1, 2, 4])
+    def test_other_channel_counts_scale_and_normalize_bit_for_bit(self, channels: int) -> None:
+        """The compiled pass over a uint8 batch: one statistic per channel, or none (scaling only)."""
+        generator = torch.Generator().manual_seed(channels)
+        images = [torch.randperm(256 * channels, generator=generator).remainder(256).to(torch.uint8)
+                  .view(channels, 16, 16) for _ in range(3)]
+        mean = torch.rand(channels, generator=generator).tolist()
+        std = (torch.rand(channels, generator=generator) * 0.5 + 0.05).tolist()
+        batch = VisionCollator(mean=mean, std=std)(images)["pixel_values"]
+        assert torch.equal(batch, reference(images, [0] * 3, (mean, std))["pixel_values"])
+        scaled = VisionCollator(normalize=False)(images)["pixel_values"]  # 3 default statistics, unused
+        assert torch.equal(scaled, reference(images, [0] * 3, None)["pixel_values"])
+
+    def test_the_compiled_pass_refuses_statistics_of_another_length(self) -> None:
+        from collators._vision_images import scale_uint8
+
+        with pytest.raises(ValueError, match=r"C values of mean and std, but got a batch of shape \(2, 3, 4, 4\)"):
+            scale_uint8(torch.zeros(2, 3, 4, 4, dtype=torch.uint8), np.zeros(2, np.float32), np.ones(2, np.float32))
+
     def test_equals_the_per_image_path_of_the_same_values(self) -> None:
         # numpy HWC arrays and tv_tensors.Image take the per-image path (to_chw); plain tensors the batch path
         images = every_value_images(count=4, seed=1)
