@@ -1,8 +1,10 @@
 """Image collation: tensors, numpy arrays and PIL images to one normalized float32 ``[B, C, H, W]`` batch.
 
 Scaling and normalization use ``torchvision.transforms.v2.functional`` (``to_image``, ``to_dtype(scale=True)``,
-``normalize``), applied once to the stacked batch rather than per image. With ``keep_uint8=True`` the batch stays
-uint8 (a quarter of the bytes to copy and transfer) and :func:`normalize_batch` finishes it on the device.
+``normalize``), applied once to the stacked batch rather than per image; a uint8 batch takes one compiled pass
+of the same float32 operations (:func:`collators._kernels.scale_normalize`), equal bit for bit. With
+``keep_uint8=True`` the batch stays uint8 (a quarter of the bytes to copy and transfer) and
+:func:`normalize_batch` finishes it on the device.
 """
 
 from __future__ import annotations
