@@ -3,9 +3,17 @@ batches already in memory.
 
 The step is single-thread matmuls (``torch.set_num_threads(1)``), calibrated to 10 ms on this machine; the step
 releases the GIL, as a real model's step does. Each configuration iterates ``steps`` batches of 64, and the
-configurations take turns (alternating runs), so a burst of load from other jobs hits them all alike. Overhead =
-(loop over the loader - loop over the batches in memory) / loop over memory, within each round; the table shows
-the median over rounds (``ours ms`` is the memory loop's median step time scaled by that overhead).
+configurations take turns (alternating runs). Each pass is timed in chunks of 50 steps (20 for the anchors), and
+each chunk is paired with a chunk of as many steps over the same batches already in memory, run right before or
+right after it, in turn: so the two sides of a pair are at most a second apart, and the machine's drift over a
+run (the step alone varies by about 6% between rounds here) cancels. Overhead of a pair = (loader chunk - memory
+chunk) / memory chunk; the table shows the median over pairs and, in the note, the middle half of them (``ours
+ms`` is the memory chunks' median step time scaled by that overhead). Three untimed steps before each memory
+chunk let a loader with threads or workers fill its prefetch queue, so its background work is not charged to the
+memory side; the few batches it prefetched then are not charged to the loader's chunk either, which
+understates the background work's share by about prefetch depth / chunk (2-4 batches in 50). For
+``num_workers=0`` the note splits what a step pays: the median ``next()`` right after a step, and how much longer
+the step right after ``next()`` takes than the step after that one.
 
 Cases (the issue's setup first): 20,000 token rows as ``List[Tensor]`` (lengths 32..512, ``TaskSpec.lm_tiny()``);
 a tokenized HF Arrow dataset (lengths 16..256, a causal-LM spec); uint8 images (3x32x32, ``vision_tiny``). Ours
@@ -43,6 +51,10 @@ OURS = {"workers=0": {"num_workers": 0}, "workers=1": {"num_workers": 1}, "worke
         "threads=1": {"num_threads": 1}}
 ANCHOR_STEPS = 60
 """Steps per run of the anchors (the whole epoch for ours)."""
+CHUNK, ANCHOR_CHUNK, SETTLE, PAIRS, ANCHOR_REPEATS = 50, 20, 3, 18, 3
+"""Steps per timed chunk of ours and of the anchors, each paired with a chunk over batches in memory; untimed
+memory steps before each memory chunk; pairs per configuration of ours at least (passes are repeated until
+there are as many); passes of the anchors."""
 RECOMMENDED = "threads=1"
 """The configuration docs/performance.md recommends for a 2-core machine (target <= 1%; <= 2% for the others)."""
 
@@ -142,37 +154,88 @@ def verify(loaders: dict[str, Any], reference: list[Any], steps: int) -> None:
             raise OutputMismatch(f"{NAME}: {name} gave fewer than {steps} batches")
 
 
+def paired_overheads(loader: Any, memory: list[Any], step: Callable[[], None], steps: int,
+                     chunk: int) -> tuple[list[float], list[float]]:
+    """One pass of ``steps`` steps fed by ``loader``, timed in chunks of ``chunk`` steps, each paired with a chunk
+    of as many steps over the same batches in ``memory`` run right before or right after it (in turn, so a steady
+    drift of the machine cancels). Before each memory chunk, ``SETTLE`` untimed steps let the loader fill its
+    prefetch queue, so its background work is not charged to the memory chunk. Returns the overhead of each pair
+    and the memory chunks' seconds per step."""
+    batches, overheads, memory_steps = iter(loader), [], []
+    for pair, first in enumerate(range(0, steps, chunk)):
+        count = min(chunk, steps - first)
+        if pair % 2:
+            loader_s = loop_seconds(batches, step, count)
+            memory_s = _memory_chunk(memory, first, count, step)
+        else:
+            memory_s = _memory_chunk(memory, first, count, step)
+            loader_s = loop_seconds(batches, step, count)
+        overheads.append((loader_s - memory_s) / memory_s)
+        memory_steps.append(memory_s / count)
+    return overheads, memory_steps
+
+
+def _memory_chunk(memory: list[Any], first: int, count: int, step: Callable[[], None]) -> float:
+    """Seconds of ``count`` steps over ``memory[first:]``, after ``SETTLE`` untimed ones."""
+    loop_seconds(memory[:SETTLE], step, SETTLE)
+    return loop_seconds(memory[first:first + count], step, count)
+
+
+def where_it_goes(loader: Any, step: Callable[[], None], steps: int) -> tuple[float, float]:
+    """For a ``num_workers=0`` loader, what a step pays split in two, over one pass: the median ``next()`` right
+    after a step, and the median excess of a step right after ``next()`` over the next step right after it (the
+    batch's cache pollution)."""
+    batches, waits, excess = iter(loader), [], []
+    for _ in range(steps):
+        start = time.perf_counter()
+        if next(batches, None) is None:
+            break
+        fetched = time.perf_counter()
+        step()
+        first = time.perf_counter()
+        step()
+        waits.append(fetched - start)
+        excess.append((first - fetched) - (time.perf_counter() - first))
+    return float(np.median(waits)), float(np.median(excess))
+
+
 def measure(case: str, data: Any, options: dict[str, Any], anchor: Callable[[int], DataLoader], *, steps: int,
             repeats: int, step: Callable[[], None]) -> list[dict[str, Any]]:
     loaders = {name: ours(data, options, mode) for name, mode in OURS.items()}
     memory = [batch for _, batch in zip(range(steps), ours(data, options, {"num_workers": 0}))]
     verify(loaders, memory, min(steps, 8))
-    runs: dict[str, Iterable[Any]] = {"memory": memory, **loaders,
-                                      "anchor workers=0": anchor(0), "anchor workers=2": anchor(2)}
+    runs: dict[str, Any] = {**loaders, "anchor workers=0": anchor(0), "anchor workers=2": anchor(2)}
     for loader in runs.values():  # worker start-up and first passes are not part of a step's cost
         loop_seconds(loader, lambda: None, 2)
-    # the anchors are many times slower: they run fewer steps, compared with the memory loop's time for as many
-    counts = {name: min(steps, ANCHOR_STEPS) if name.startswith("anchor") else steps for name in runs}
-    rounds: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(repeats):  # alternating: each configuration once per round, against that round's memory loop
+    # the anchors are many times slower: they run fewer steps, in shorter chunks
+    overheads: dict[str, list[float]] = {name: [] for name in runs}
+    memory_steps: list[float] = []
+    for repeat in range(repeats):  # alternating: each configuration once per round
         for name, loader in runs.items():
-            rounds[name].append(loop_seconds(loader, step, counts[name]))
-    memory_s = rounds.pop("memory")
-    base = float(np.median(memory_s))
+            anchor_run = name.startswith("anchor")
+            if anchor_run and repeat >= ANCHOR_REPEATS:
+                continue
+            pairs, per_step = paired_overheads(loader, memory, step, min(steps, ANCHOR_STEPS) if anchor_run else steps,
+                                               ANCHOR_CHUNK if anchor_run else CHUNK)
+            overheads[name] += pairs
+            memory_steps += per_step
+    base = float(np.median(memory_steps))
+    wait, excess = where_it_goes(loaders["workers=0"], step, steps)
     rows = []
-    for name, times in rounds.items():
-        # the median over rounds of the overhead against the same round's memory loop: load from other jobs
-        # that comes and goes between rounds cancels out
-        scale = counts[name] / steps
-        overhead = float(np.median([(t - m * scale) / (m * scale) for t, m in zip(times, memory_s)])) * 100
+    for name, pairs in overheads.items():
+        overhead = float(np.median(pairs)) * 100  # the median over pairs: a burst of load hits few of them
         seconds = base * (1 + overhead / 100)
         target = None if name.startswith("anchor") else (1.0 if name == RECOMMENDED else 2.0)
         rows.append({
             "benchmark": NAME, "case": f"{case}, {name}", "anchor": "batches in memory",
-            "anchor_ms": base / steps * 1e3, "ours_ms": seconds / steps * 1e3, "ratio": base / seconds,
-            "throughput": f"{overhead:+.1f}% ({(seconds - base) / steps * 1e3:+.2f} ms/step)",
+            "anchor_ms": base * 1e3, "ours_ms": seconds * 1e3, "ratio": base / seconds,
+            "throughput": f"{overhead:+.1f}% ({(seconds - base) * 1e3:+.2f} ms/step)",
             "target": None if target is None else f"overhead <= {target:g}%",
-            "met": None if target is None else bool(overhead <= target), "note": "",
+            "met": None if target is None else bool(overhead <= target),
+            "note": f"{len(pairs)} pairs, middle half {np.percentile(pairs, 25) * 100:+.1f}.."
+                    f"{np.percentile(pairs, 75) * 100:+.1f}%" + (
+                        f"; next() after a step {wait * 1e3:.2f} ms, the step after it {excess * 1e3:+.2f} ms"
+                        if name == "workers=0" else ""),
         })
     return rows
 
@@ -190,12 +253,14 @@ def run(quick: bool = False, only: Iterable[str] | None = None) -> list[dict[str
     unknown = [name for name in names if name not in CASES]
     if unknown:
         raise ValueError(f"only should name cases among {list(CASES)}, but got {unknown}")
-    repeats, out = 3, []
+    out = []
     for name in names:
         (case, build), rows = CASES[name], sizes[name]
         data, options, anchor = build(rows)
         step = calibrate_step()  # per case: the load of a shared machine changes what 10 ms of matmuls is
-        out += measure(case, data, options, anchor, steps=rows // BATCH, repeats=repeats, step=step)
+        steps = rows // BATCH
+        repeats = ANCHOR_REPEATS if quick else max(ANCHOR_REPEATS, -(-PAIRS // -(-steps // CHUNK)))
+        out += measure(case, data, options, anchor, steps=steps, repeats=repeats, step=step)
     return out
 
 
