@@ -17,11 +17,9 @@ from collators._kernels import NOT_WRITTEN, pad_spans, repad_rows, write_mask
 from collators._layout_index import row_masks, span_index
 
 PADDING_SIDES = ("right", "left")
+PADDING_STRATEGIES = ("longest", "max_length")
 _NUMPY_SAFE = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float32,
                torch.float64)
-
-
-PADDING_STRATEGIES = ("longest", "max_length")
 
 
 def padded_length(longest: int, *, max_length: int | None = None, pad_to_multiple_of: int | None = None,
@@ -206,6 +204,8 @@ class PaddingLayout:
 
     def _pad_spans(self, values: np.ndarray, starts: np.ndarray, pad_value: int, out: np.ndarray, mask: np.ndarray,
                    labels: np.ndarray, label_pad: int) -> tuple[int, int]:
+        if len(starts) != len(self._kept):  # the loop reads starts[r] for every row, unchecked
+            raise ValueError(f"starts should hold one start per row ({len(self._kept)}), but got {len(starts)}")
         outside, low, high = pad_spans(values, starts, self._kept, self._left, pad_value, out, mask, labels,
                                        label_pad)
         if outside >= 0:

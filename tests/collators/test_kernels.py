@@ -155,3 +155,9 @@ def test_first_span_outside_names_the_first_span_that_leaves_its_values(size, sp
     lengths = np.array([length for _, length in spans], dtype=np.int64)
     outside = [row for row, (start, length) in enumerate(spans) if length < 0 or start < 0 or start + length > size]
     assert first_span_outside(size, starts, lengths) == (outside[0] if outside else -1)
+
+
+def test_starts_of_another_length_than_the_rows_are_refused_before_the_loop_reads_them():
+    layout = PaddingLayout(np.array([2, 3, 1]), length=3)
+    with pytest.raises(ValueError, match=r"starts should hold one start per row \(3\), but got 2"):
+        layout.gather(np.arange(10), np.array([0, 4]), 0, out=torch.empty((3, 3), dtype=torch.int64))
