@@ -2,8 +2,9 @@
 scaled and normalized in one pass.
 
 A batch of token rows padded with numpy takes a dozen calls (a gather, a padding mask, masked writes, a copy
-for the labels, a cast for the attention mask), each a C entry point of its own. In a training loop the step
-in between evicts the caches, and each cold call then costs several microseconds before it touches the data.
+for the labels, a cast for the attention mask), each a C entry point of its own. In a training loop the code
+runs cold after each step (on a shared machine time alone evicts it), and each cold call then costs several
+microseconds before it touches the data.
 With these loops the median ``next()`` of a ``num_workers=0`` loader right after a matmul step fell from 0.44 to
 0.35 ms for 64 token rows (A/B in docs/performance.md). Each function is compiled on its first call for the
 dtypes it meets (about 0.4 s), cached on disk (``cache=True``), and releases the GIL while it runs (``nogil``),
@@ -36,7 +37,7 @@ def compiled(function: Callable[..., Any]) -> Any:
     except RuntimeError as error:
         if "no locator available" not in str(error):
             raise
-        warnings.warn(f"{error}: the padding loops will be compiled in every process (about 1 s at its first batch); "
+        warnings.warn(f"{error}: these loops will be compiled in every process (about 1 s at its first batch); "
                       f"set NUMBA_CACHE_DIR to a writable folder to compile them once", stacklevel=2)
         return numba.njit(nogil=True)(function)
 
