@@ -73,13 +73,9 @@ def pad_spans(values: np.ndarray, starts: np.ndarray, kept: np.ndarray, left: bo
             low, high = min(low, value), max(high, value)
         _pad_row(out, r, at, count, width, pad_value)
         if with_mask:
-            for j in range(at, at + count):
-                mask[r, j] = 1
-            _pad_row(mask, r, at, count, width, 0)
+            _mask_row(mask, r, at, count, width)
         if with_labels:
-            for j in range(at, at + count):
-                labels[r, j] = out[r, j]
-            _pad_row(labels, r, at, count, width, label_pad)
+            _repad_row(out, labels, r, at, count, width, label_pad)
     return -1, low, high
 
 
@@ -90,6 +86,23 @@ def _pad_row(out: np.ndarray, r: int, at: int, count: int, width: int, pad_value
         out[r, j] = pad_value
     for j in range(at + count, width):
         out[r, j] = pad_value
+
+
+@compiled
+def _mask_row(out: np.ndarray, r: int, at: int, count: int, width: int) -> None:
+    """Row ``r`` of an attention mask: 1 at the ``count`` kept positions from ``at``, 0 at the padding."""
+    for j in range(at, at + count):
+        out[r, j] = 1
+    _pad_row(out, r, at, count, width, 0)
+
+
+@compiled
+def _repad_row(source: np.ndarray, out: np.ndarray, r: int, at: int, count: int, width: int,
+               pad_value: int) -> None:
+    """Row ``r`` of ``out`` = row ``r`` of ``source`` at the kept positions, ``pad_value`` at the padding."""
+    for j in range(at, at + count):
+        out[r, j] = source[r, j]
+    _pad_row(out, r, at, count, width, pad_value)
 
 
 @compiled
@@ -109,9 +122,7 @@ def repad_rows(source: np.ndarray, kept: np.ndarray, left: bool, pad_value: int,
     for r in range(rows):
         count = kept[r]
         at = width - count if left else 0
-        for j in range(at, at + count):
-            out[r, j] = source[r, j]
-        _pad_row(out, r, at, count, width, pad_value)
+        _repad_row(source, out, r, at, count, width, pad_value)
 
 
 @compiled
@@ -121,9 +132,7 @@ def write_mask(kept: np.ndarray, left: bool, out: np.ndarray) -> None:
     for r in range(rows):
         count = kept[r]
         at = width - count if left else 0
-        for j in range(at, at + count):
-            out[r, j] = 1
-        _pad_row(out, r, at, count, width, 0)
+        _mask_row(out, r, at, count, width)
 
 
 @compiled
