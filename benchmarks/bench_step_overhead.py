@@ -13,7 +13,11 @@ chunk let a loader with threads or workers fill its prefetch queue, so its backg
 memory side; the few batches it prefetched then are not charged to the loader's chunk either, which
 understates the background work's share by about prefetch depth / chunk (2-4 batches in 50). For
 ``num_workers=0`` the note splits what a step pays: the median ``next()`` right after a step, and how much longer
-the step right after ``next()`` takes than the step after that one.
+the step right after ``next()`` takes than the step after that one. For ``num_threads=1`` (the recommended mode) it
+splits it in three: the median ``next()`` right after a step (the queue hand-off, next to a bare ``queue.Queue``
+hand-off between two threads, the floor of any thread on this machine); how much longer a step waits without
+running than a step over batches in memory (its wall time less its thread's CPU time: the GIL, while the loader
+thread runs Python); and the loader thread's CPU per batch while the steps run beside it.
 
 Cases (the issue's setup first): 20,000 token rows as ``List[Tensor]`` (lengths 32..512, ``TaskSpec.lm_tiny()``);
 a tokenized HF Arrow dataset (lengths 16..256, a causal-LM spec); uint8 images (3x32x32, ``vision_tiny``). Ours
@@ -29,6 +33,9 @@ Run: ``PYTHONPATH=. python -m benchmarks.bench_step_overhead [--quick] [--only t
 from __future__ import annotations
 
 import argparse
+import contextlib
+import queue
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -199,6 +206,61 @@ def where_it_goes(loader: Any, step: Callable[[], None], steps: int) -> tuple[fl
     return float(np.median(waits)), float(np.median(excess))
 
 
+def where_the_thread_goes(loader: Any, memory: list[Any], step: Callable[[], None]) -> dict[str, float]:
+    """For a ``num_threads=1`` loader, what a step pays, over one pass; each step fed by the loader is followed by a
+    step over a batch in ``memory`` (nothing fetched, the loader thread idle with its queue full), and the two are
+    compared pair by pair so the machine's drift cancels. Medians, in seconds: ``next`` (right after a step: the
+    queue hand-off); ``wait`` (how much more the step waits without running, its wall time less its thread's CPU
+    time: the GIL, while the loader thread runs Python); ``cpu`` (how much more CPU the step itself takes: the loader
+    thread's work beside it slowing the step's); and ``thread`` (the loader thread's CPU per batch while the steps
+    run: the process's CPU less the stepping thread's)."""
+
+    def timed_step() -> tuple[float, float]:
+        wall, cpu = time.perf_counter(), time.thread_time()
+        step()
+        cpu = time.thread_time() - cpu
+        return time.perf_counter() - wall - cpu, cpu
+
+    fetches, waits, cpus = [], [], []
+    process, own = time.process_time(), time.thread_time()
+    iterator = iter(loader)
+    for _ in memory:
+        start = time.perf_counter()
+        if next(iterator, None) is None:
+            break
+        fetches.append(time.perf_counter() - start)
+        (wait, cpu), (memory_wait, memory_cpu) = timed_step(), timed_step()
+        waits.append(wait - memory_wait)
+        cpus.append(cpu - memory_cpu)
+    thread = ((time.process_time() - process) - (time.thread_time() - own)) / len(fetches)
+    return {"next": float(np.median(fetches)), "wait": float(np.median(waits)), "cpu": float(np.median(cpus)),
+            "thread": thread}
+
+
+def bare_handoff(step: Callable[[], None], steps: int) -> float:
+    """The floor of any thread hand-off here: the median ``queue.Queue.get`` right after a step, of an item a
+    producer thread put there (nothing built, nothing else running)."""
+    handed: queue.Queue[int] = queue.Queue(maxsize=2)
+    stop = threading.Event()
+
+    def produce() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(queue.Full):
+                handed.put(0, timeout=0.01)
+
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    waits = []
+    for _ in range(steps):
+        step()
+        start = time.perf_counter()
+        handed.get()
+        waits.append(time.perf_counter() - start)
+    stop.set()
+    producer.join()
+    return float(np.median(waits))
+
+
 def measure(case: str, data: Any, options: dict[str, Any], anchor: Callable[[int], DataLoader], *, steps: int,
             repeats: int, step: Callable[[], None]) -> list[dict[str, Any]]:
     loaders = {name: ours(data, options, mode) for name, mode in OURS.items()}
@@ -221,6 +283,14 @@ def measure(case: str, data: Any, options: dict[str, Any], anchor: Callable[[int
             memory_steps += per_step
     base = float(np.median(memory_steps))
     wait, excess = where_it_goes(loaders["workers=0"], step, steps)
+    thread = where_the_thread_goes(loaders[RECOMMENDED], memory, step)
+    floor = bare_handoff(step, min(steps, 100))
+    where = {  # what a step pays, split, for the modes where it can be
+        "workers=0": f"; next() after a step {wait * 1e3:.2f} ms, the step after it {excess * 1e3:+.2f} ms",
+        RECOMMENDED: f"; next() after a step {thread['next'] * 1e3:.2f} ms (a bare queue.Queue hand-off: "
+                     f"{floor * 1e3:.2f} ms), the step waits {thread['wait'] * 1e3:+.2f} ms and computes "
+                     f"{thread['cpu'] * 1e3:+.2f} ms, the thread's CPU {thread['thread'] * 1e3:.2f} ms per batch",
+    }
     rows = []
     for name, pairs in overheads.items():
         overhead = float(np.median(pairs)) * 100  # the median over pairs: a burst of load hits few of them
@@ -233,9 +303,7 @@ def measure(case: str, data: Any, options: dict[str, Any], anchor: Callable[[int
             "target": None if target is None else f"overhead <= {target:g}%",
             "met": None if target is None else bool(overhead <= target),
             "note": f"{len(pairs)} pairs, middle half {np.percentile(pairs, 25) * 100:+.1f}.."
-                    f"{np.percentile(pairs, 75) * 100:+.1f}%" + (
-                        f"; next() after a step {wait * 1e3:.2f} ms, the step after it {excess * 1e3:+.2f} ms"
-                        if name == "workers=0" else ""),
+                    f"{np.percentile(pairs, 75) * 100:+.1f}%" + where.get(name, ""),
         })
     return rows
 
