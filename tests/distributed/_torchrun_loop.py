@@ -1,20 +1,23 @@
 """Run under `torchrun --nproc_per_node=2`: a hand-written loop over UniversalDataModule; each rank writes the
-row ids it saw per train epoch and in validation to <out>/rank<r>.json."""
+row ids it saw per train epoch and in validation to <out>/rank<r>.json. Arguments: out, uneven, and the loader
+mode: a number of worker processes ("0", "2") or of threads ("threads=1"; then the same loop with
+``num_workers=0`` is written too, under "workers_0", to compare with)."""
 
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch.distributed as dist
 
 from engine import UniversalDataModule
 from tests.distributed._data import SPEC, IdRows
 
-if __name__ == "__main__":
-    out, uneven = Path(sys.argv[1]), sys.argv[2]
-    dist.init_process_group("gloo")
+
+def seen(uneven: str, **parallel: int) -> dict[str, Any]:
+    """The row ids of two train epochs and of validation, with the data module's loaders in ``parallel`` mode."""
     dm = UniversalDataModule(IdRows(), task_spec=SPEC, batch_size=4, val_split=8, seed=5, uneven=uneven,
-                             num_workers=int(sys.argv[3]))
+                             **parallel)
     loader = dm.train_dataloader()
     epochs = []
     for epoch in range(2):
@@ -22,8 +25,16 @@ if __name__ == "__main__":
         epochs.append([int(i) for batch in loader for i in batch["row_id"]])
         dist.barrier()  # would hang here if one rank had more batches than the other
     val = [int(i) for batch in dm.val_dataloader() for i in batch["row_id"]]
-    batches = len(dm.val_dataloader())
-    report = {"rank": dist.get_rank(), "train": epochs, "val": val, "val_batches": batches,
-              "world_size": dm.world_size}
+    return {"train": epochs, "val": val, "val_batches": len(dm.val_dataloader()), "world_size": dm.world_size}
+
+
+if __name__ == "__main__":
+    out, uneven, mode = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+    dist.init_process_group("gloo")
+    threads = mode.startswith("threads=")
+    report = {"rank": dist.get_rank(), **seen(uneven, **({"num_threads": int(mode.removeprefix("threads="))}
+                                                          if threads else {"num_workers": int(mode)}))}
+    if threads:
+        report["workers_0"] = seen(uneven, num_workers=0)
     (out / f"rank{dist.get_rank()}.json").write_text(json.dumps(report))
     dist.destroy_process_group()

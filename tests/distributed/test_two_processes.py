@@ -29,9 +29,9 @@ def torchrun(script, out, *args):
     return launch(command, out)
 
 
-@pytest.mark.parametrize(("uneven", "workers"), [("pad", 0), ("drop", 2)])
-def test_torchrun_loop_shards_train_and_reads_val_once(tmp_path, uneven, workers):
-    ranks = torchrun("_torchrun_loop.py", tmp_path, uneven, str(workers))
+@pytest.mark.parametrize(("uneven", "mode"), [("pad", "0"), ("drop", "2"), ("pad", "threads=1")])
+def test_torchrun_loop_shards_train_and_reads_val_once(tmp_path, uneven, mode):
+    ranks = torchrun("_torchrun_loop.py", tmp_path, uneven, mode)
     assert all(r["world_size"] == 2 for r in ranks)
     assert TRAIN_ROWS % 2 == 1  # so that 'pad' repeats one row and 'drop' leaves one out
     for epoch in range(2):
@@ -47,6 +47,10 @@ def test_torchrun_loop_shards_train_and_reads_val_once(tmp_path, uneven, workers
     val = ranks[0]["val"] + ranks[1]["val"]
     assert sorted(val) == sorted(set(val)) and len(val) == VAL_ROWS
     assert ranks[0]["val_batches"] == ranks[1]["val_batches"]
+    if mode.startswith("threads="):  # each rank's batches are those of num_workers=0, bit for bit
+        for rank in ranks:
+            assert {key: rank[key] for key in ("train", "val", "val_batches")} == \
+                {key: rank["workers_0"][key] for key in ("train", "val", "val_batches")}
 
 
 def test_lightning_ddp_with_our_samplers(tmp_path):
