@@ -209,11 +209,12 @@ def where_it_goes(loader: Any, step: Callable[[], None], steps: int) -> tuple[fl
 def where_the_thread_goes(loader: Any, memory: list[Any], step: Callable[[], None]) -> dict[str, float]:
     """For a ``num_threads=1`` loader, what a step pays, over one pass; each step fed by the loader is followed by a
     step over a batch in ``memory`` (nothing fetched, the loader thread idle with its queue full), and the two are
-    compared pair by pair so the machine's drift cancels. Medians, in seconds: ``next`` (right after a step: the
-    queue hand-off); ``wait`` (how much more the step waits without running, its wall time less its thread's CPU
-    time: the GIL, while the loader thread runs Python); ``cpu`` (how much more CPU the step itself takes: the loader
-    thread's work beside it slowing the step's); and ``thread`` (the loader thread's CPU per batch while the steps
-    run: the process's CPU less the stepping thread's)."""
+    compared pair by pair so the machine's drift cancels. Medians, in seconds (the thread builds one batch per step,
+    so a median step is a typical one, and a vCPU taken away for a while does not count): ``next`` (right after a
+    step: the queue hand-off); ``wait`` (how much more the step waits without running, its wall time less its
+    thread's CPU time: the GIL, while the loader thread runs Python); ``cpu`` (how much more CPU the step itself
+    takes: the loader thread's work beside it slowing the step's); and ``thread`` (the loader thread's CPU per batch
+    while the steps run: the process's CPU less the stepping thread's)."""
 
     def timed_step() -> tuple[float, float]:
         wall, cpu = time.perf_counter(), time.thread_time()
