@@ -14,10 +14,11 @@ memory side; the few batches it prefetched then are not charged to the loader's 
 understates the background work's share by about prefetch depth / chunk (2-4 batches in 50). For
 ``num_workers=0`` the note splits what a step pays: the median ``next()`` right after a step, and how much longer
 the step right after ``next()`` takes than the step after that one. For ``num_threads=1`` (the recommended mode) it
-splits it in three: the median ``next()`` right after a step (the queue hand-off, next to a bare ``queue.Queue``
+splits it too: the median ``next()`` right after a step (the queue hand-off, next to a bare ``queue.Queue``
 hand-off between two threads, the floor of any thread on this machine); how much longer a step waits without
 running than a step over batches in memory (its wall time less its thread's CPU time: the GIL, while the loader
-thread runs Python); and the loader thread's CPU per batch while the steps run beside it.
+thread runs Python); how much more CPU the step itself takes; and the loader thread's CPU per batch while the
+steps run beside it.
 
 Cases (the issue's setup first): 20,000 token rows as ``List[Tensor]`` (lengths 32..512, ``TaskSpec.lm_tiny()``);
 a tokenized HF Arrow dataset (lengths 16..256, a causal-LM spec); uint8 images (3x32x32, ``vision_tiny``). Ours

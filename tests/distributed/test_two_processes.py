@@ -47,7 +47,7 @@ def test_torchrun_loop_shards_train_and_reads_val_once(tmp_path, uneven, mode):
     val = ranks[0]["val"] + ranks[1]["val"]
     assert sorted(val) == sorted(set(val)) and len(val) == VAL_ROWS
     assert ranks[0]["val_batches"] == ranks[1]["val_batches"]
-    if mode.startswith("threads="):  # each rank's batches are those of num_workers=0, bit for bit
+    if mode.startswith("threads="):  # each rank sees the rows of num_workers=0, in the same batches and order
         for rank in ranks:
             assert {key: rank[key] for key in ("train", "val", "val_batches")} == \
                 {key: rank["workers_0"][key] for key in ("train", "val", "val_batches")}
