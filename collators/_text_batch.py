@@ -147,6 +147,7 @@ class ColumnInputs:
                     f"of a batch should hold one entry per row"
                 )
         self._ragged: dict[str, RaggedColumn | None] = {}
+        self._spans: dict[str, SpanColumn] = {}
 
     def __len__(self) -> int:
         return self.size
@@ -207,14 +208,17 @@ class ColumnInputs:
         value = self.columns.get(key)
         if not isinstance(value, SpanColumn):
             return None
-        spans = SpanColumn(np.asarray(value.values), np.asarray(value.starts, dtype=np.int64),
-                           np.asarray(value.lengths, dtype=np.int64))
-        if spans.values.ndim != 1 or spans.starts.ndim != 1 or spans.lengths.shape != spans.starts.shape:
-            raise TypeError(f"column {key!r}: a SpanColumn needs 1-D values, starts and lengths of one size")
-        if first_span_outside(len(spans.values), spans.starts, spans.lengths) >= 0:
-            raise ValueError(f"column {key!r}: SpanColumn spans should lie inside values (length "
-                             f"{len(spans.values)}), but got starts={spans.starts.tolist()}, "
-                             f"lengths={spans.lengths.tolist()}")
+        spans = self._spans.get(key)
+        if spans is None:  # checked once per batch, however many times the collator asks
+            spans = SpanColumn(np.asarray(value.values), np.asarray(value.starts, dtype=np.int64),
+                               np.asarray(value.lengths, dtype=np.int64))
+            if spans.values.ndim != 1 or spans.starts.ndim != 1 or spans.lengths.shape != spans.starts.shape:
+                raise TypeError(f"column {key!r}: a SpanColumn needs 1-D values, starts and lengths of one size")
+            if first_span_outside(len(spans.values), spans.starts, spans.lengths) >= 0:
+                raise ValueError(f"column {key!r}: SpanColumn spans should lie inside values (length "
+                                 f"{len(spans.values)}), but got starts={spans.starts.tolist()}, "
+                                 f"lengths={spans.lengths.tolist()}")
+            self._spans[key] = spans
         return spans if spans.values.dtype.kind in ("iub" if allow_bool else "iu") else None
 
 
