@@ -1,18 +1,18 @@
 """The per-batch CPU cost of our loading path, stage by stage: 64 rows from a flat buffer, from Arrow, and 64 uint8
 images (3x32x32, ``TaskSpec.vision_tiny()``) from a torch Dataset of dict rows and from a dict of column tensors.
 
-Stages, each timed alone on the same batches (best of several repeats, single thread): sampling (the batch
-sampler's indices, seed derivation excluded), seed derivation (``batch_seed``, and the batch's generator for a
-collator that draws random numbers), fetch (``__getitems__`` and the columns it hands over), collate
-(``TextCollator`` or ``VisionCollator`` without value checks), value checks (the difference with
-``check_values=True``, or with ``num_classes`` for labels), their sum (our own path, target <= 0.15 ms for the
-token cases), and the whole ``num_workers=0`` loader per batch (the same target), whose excess over the stages is
-the loader's glue (torch's and torchdata's ``DataLoader`` iteration and our wrappers). The floor is a copy of the finished batch's tensors (a
-memcpy). The stages run back to back, with warm caches; a training step evicts them, so the loader is also timed
-the way a loop meets it: the median ``next()`` after a step of single-thread matmuls (about 3 ms), with cold
-caches. On a shared machine much of that penalty is the machine's: the last rows time a fixed workload that is
-not ours back to back and after the same step (on this 2-core VM, even 3 ms of a spin loop that touches nothing
-slows the next piece of work, ours or not, by 1.3-2x).
+Stages, each timed alone on the same batches (best of several repeats, single thread): sampling (the batch sampler's
+indices, seed derivation excluded), seed derivation (``batch_seed``, and the batch's generator for a collator that
+draws random numbers), fetch (``__getitems__`` and the columns it hands over), collate (``TextCollator`` or
+``VisionCollator`` without value checks), value checks (the difference with ``check_values=True``, or with
+``num_classes`` for labels), their sum (our own path, target <= 0.15 ms for the token cases), and the whole
+``num_workers=0`` loader per batch (the same target), whose excess over the stages is the loader's glue (torch's and
+torchdata's ``DataLoader`` iteration and our wrappers). The floor is a copy of the finished batch's tensors (a
+memcpy). The stages run back to back, with warm caches; a training step evicts them, so the loader is also timed the
+way a loop meets it: the median ``next()`` after a step of single-thread matmuls (about 3 ms), with cold caches. On
+a shared machine much of that penalty is the machine's: the last rows time a fixed workload that is not ours back to
+back and after the same step (on this 2-core VM, even 3 ms of a spin loop that touches nothing slows the next piece
+of work, ours or not, by 1.3-2x).
 
 Where a stage has a "before", the anchor column holds it: the row path these batches took before the columns
 path (per-row views of the buffer, or ``datasets``' row dicts, then the collator on rows), on the same rows and
