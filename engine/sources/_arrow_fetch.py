@@ -28,9 +28,11 @@ class _RaggedIndex:
     """Where every row of one list column lies in a single numpy array of its values, without copying them.
 
     A column in one chunk is read through zero-copy views of its values and offsets. Chunks of a memory-mapped
-    file share one mapping, so one view of the mapping covers them all and a row's span is found from its
-    chunk's offsets with vectorized arithmetic. Chunks held apart in memory are copied once per process into one
-    buffer when they hold at most 512 MiB of values; above that a batch is gathered with one slice per row.
+    file share one mapping, so one view of the mapping covers them all. Chunks held apart in memory are copied
+    once per process into one buffer when they hold at most 512 MiB of values; above that a batch is gathered with
+    one slice per row. In one view or one buffer, a row's span is found from its chunk's offsets with vectorized
+    arithmetic, once per process for every row (up to :data:`ROW_SPANS_LIMIT`), so that a batch's spans are two
+    gathers.
 
     A one-byte column whose values are all one number (the attention mask of a tokenizer's output) hands over
     its spans as spans of a zero-stride array of that number: the collator writes the padded column from the
