@@ -30,9 +30,11 @@ bench: install
 
 lint: install-dev
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports
 
 test: install-dev
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest
 
 clean:

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from benchmarks._harness import OutputMismatch, best_seconds, check_same, result
-from engine.module import UniversalDataModule
+from engine.datamodule.universal import UniversalDataModule
 from task_spec import TaskSpec
 
 NAME = "bad_rows"

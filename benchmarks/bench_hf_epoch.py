@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader
 from transformers import DataCollatorWithPadding
 
 from benchmarks._harness import OutputMismatch, best_seconds, check_same, mtok, result, token_lists, tokenizer
-from engine.module import UniversalDataModule
+from engine.datamodule.universal import UniversalDataModule
 from engine.sources.adapt import HFSource
 from task_spec import TaskSpec
 

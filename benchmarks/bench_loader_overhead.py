@@ -15,7 +15,7 @@ from typing import Any
 
 from benchmarks._harness import OutputMismatch, check_same, result
 from benchmarks.bench_hf_epoch import SPEC, build_dataset
-from engine.module import UniversalDataModule
+from engine.datamodule.universal import UniversalDataModule
 
 NAME = "loader_overhead"
 BATCH, STEP_S, WORKERS = 64, 0.01, 2

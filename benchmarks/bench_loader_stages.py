@@ -40,8 +40,8 @@ from benchmarks.bench_step_overhead import ImageRows
 from benchmarks.bench_vision import PerSampleFloat
 from collators.text import TextCollator
 from collators.vision import VisionCollator
-from engine.module import UniversalDataModule
-from engine.rng import batch_seed, generator_from
+from engine.core.rng import batch_seed, generator_from
+from engine.datamodule.universal import UniversalDataModule
 from engine.sampling.seeded import SeededBatchSampler
 from task_spec import TaskSpec
 
@@ -83,16 +83,16 @@ def per_batch(function: Callable[[list[int]], Any], batches: list[list[int]], re
 def stages(case: str, dm: UniversalDataModule, *, repeats: int) -> list[dict[str, Any]]:
     dm.setup()
     source, collator = dm.datasets["train"], dm.collator
+    handing = source.handing_columns()  # what a loader whose collator reads columns fetches from
     unchecked = TextCollator(task_spec=dm.task_spec, tokenizer=dm.tokenizer, check_values=False)
     sampler = SeededBatchSampler(len(source), BATCH, shuffle=True, seed=0)
     batches = [list(batch) for batch in sampler][:100]
     seeds = [batch_seed(0, 1, batch) for batch in batches]
     sampling_only, seeding = _sampling_and_seeding(sampler, batches, repeats, collator.draws_random)
-    fetched = {tuple(batch): source.__getitems__(batch) for batch in batches}
-    fetch = per_batch(lambda batch: source.__getitems__(batch).to_columns(), batches, repeats)
-    fetch_rows = per_batch(lambda batch: list(source.fetch_rows(batch)), batches, repeats)
-    columns = {key: batch.to_columns() for key, batch in fetched.items()}
-    rows = {key: list(batch.rows()) for key, batch in fetched.items()}
+    fetch = per_batch(lambda batch: handing.__getitems__(batch).to_columns(), batches, repeats)
+    fetch_rows = per_batch(lambda batch: list(source.__getitems__(batch)), batches, repeats)
+    columns = {tuple(batch): handing.__getitems__(batch).to_columns() for batch in batches}
+    rows = {tuple(batch): list(source.__getitems__(batch)) for batch in batches}
     for index, (key, seed) in enumerate(zip(columns, seeds)):
         check_same(collator.collate_columns(columns[key], generator_from(seed)),
                    collator(rows[key], generator=generator_from(seed)), ["input_ids", "attention_mask", "labels"],

@@ -48,7 +48,7 @@ WHY = {"eager": "reads every row up front, then serves rows from memory",
        "cached": "LRU budget holds every row",
        "cached-half": "for reference: LRU budget holds half the rows, which shuffling defeats",
        "streaming": "sequential blocks in file order (no shuffle); the factory seeds each stream batch by hashing "
-                    "its rows (engine/seeded_collate.py), included in this time"}
+                    "its rows (engine/collation/seeded_collate.py), included in this time"}
 
 
 @dataclass

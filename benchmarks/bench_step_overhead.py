@@ -50,7 +50,7 @@ from benchmarks._harness import OutputMismatch, check_same, format_table, machin
 from benchmarks.bench_hf_epoch import SPEC as ARROW_SPEC
 from benchmarks.bench_hf_epoch import build_dataset
 from benchmarks.bench_vision import PerSampleFloat
-from engine.module import UniversalDataModule
+from engine.datamodule.universal import UniversalDataModule
 from task_spec import TaskSpec
 
 NAME = "step_overhead"

@@ -41,8 +41,8 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from benchmarks._harness import format_table, machine
 from benchmarks.bench_step_overhead import BATCH, calibrate_step, image_case, ours, token_case, verify
-from engine.seeded_collate import SeededCollate
-from engine.workers.handoff import hand_off, one_buffer, widen_result_pipe
+from engine.collation.handoff import hand_off, one_buffer, widen_result_pipe
+from engine.collation.seeded_collate import SeededCollate
 
 NAME = "worker_handoff"
 WORKERS = (1, 2)
@@ -51,9 +51,9 @@ PROFILED = {
     "rebuild_storage_fd": ("torch/multiprocessing/reductions.py", "rebuild_storage_fd"),
     "torchdata snapshots": ("stateful_dataloader.py", "_take_snapshot"),
     "torchdata main state": ("stateful_dataloader.py", "_get_main_state"),
-    "our wrapper (own time)": ("engine/loader.py", "__next__"),
+    "our wrapper (own time)": ("engine/loading/loader.py", "__next__"),
     "waiting for the queue": ("~", "<method 'poll' of 'select.poll' objects>"),
-    "inline rebuild": ("engine/workers/handoff.py", "rebuild_inline"),
+    "inline rebuild": ("engine/collation/handoff.py", "rebuild_inline"),
 }
 """Functions of the parent's ``next()`` that ``--profile`` times (ms per batch, with what they call; our wrapper's
 own time without): (file, function)."""

@@ -11,62 +11,14 @@ values and goes through the row-path checks, which raise the row path's errors.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
 
 from collators._kernels import first_span_outside
-from collators._layout_index import span_index
 from collators._text_inputs import as_mapping_rows, column, flatten_ids
-
-
-class RaggedColumn(NamedTuple):
-    """A column of variable-length rows stored flat: row ``i`` is ``values[offsets[i]:offsets[i + 1]]``.
-
-    The layout of an Arrow ``ListArray`` (``offsets`` has one entry more than there are rows), in numpy arrays
-    or 1-D tensors. Nothing is copied until the padded batch is written.
-
-    Example:
-        >>> RaggedColumn(np.array([5, 6, 7, 8]), np.array([0, 3, 4])).rows()
-        [[5, 6, 7], [8]]
-    """
-
-    values: Any
-    offsets: Any
-
-    def rows(self) -> list[list[Any]]:
-        """The rows as Python lists (what the row path would have received)."""
-        values, offsets = np.asarray(self.values), np.asarray(self.offsets).tolist()
-        return [values[start:end].tolist() for start, end in zip(offsets[:-1], offsets[1:])]
-
-
-class SpanColumn(NamedTuple):
-    """A column of variable-length rows that are spans of one larger buffer: row ``i`` is
-    ``values[starts[i] : starts[i] + lengths[i]]``.
-
-    What a batch fetched from a flat token buffer or an Arrow column is before anything is copied: the collator
-    writes each row's kept tokens straight into the padded batch (one gather), so tokens cut by truncation are
-    never read. ``values``, ``starts`` and ``lengths`` are 1-D numpy arrays.
-
-    Example:
-        >>> SpanColumn(np.array([5, 6, 7, 8, 9]), np.array([3, 0]), np.array([2, 1])).rows()
-        [[8, 9], [5]]
-    """
-
-    values: Any
-    starts: Any
-    lengths: Any
-
-    def rows(self) -> list[list[Any]]:
-        """The rows as Python lists (what the row path would have received)."""
-        return [self.values[start:start + length].tolist()
-                for start, length in zip(self.starts.tolist(), self.lengths.tolist())]
-
-    def ragged(self) -> RaggedColumn:
-        """The rows copied into a new flat buffer + offsets (one fancy index, no per-row Python objects)."""
-        index, offsets = span_index(self.starts, self.lengths)
-        return RaggedColumn(self.values[index], offsets)
+from collators.columns import RaggedColumn, SpanColumn
 
 
 class RowInputs:
@@ -223,7 +175,8 @@ class ColumnInputs:
 
 
 def batch_inputs(rows: Any, target_keys: tuple[str, ...] = ()) -> RowInputs | ColumnInputs:
-    """Columns when ``rows`` can hand them over (``rows.to_columns()``, e.g. an Arrow-backed batch), else rows.
+    """Columns when ``rows`` is a :class:`collators.columns.ColumnBatch` (fetched as columns by the source stage)
+    or otherwise hands them over (``rows.to_columns()``), else rows.
 
     ``target_keys`` are the keys a batch may lack as a whole (prediction), named when only some rows lack them.
     """

@@ -17,7 +17,8 @@ import torch
 import torchvision.transforms.v2.functional as TF
 
 from collators._extra import add_extra_keys
-from collators._vision_images import (
+from collators.default import MISSING, collate_labels
+from collators.images import (
     NORMALIZATION_PRESETS,
     RESIZE_FIX,
     check_float_range,
@@ -27,7 +28,6 @@ from collators._vision_images import (
     stats,
     to_chw,
 )
-from collators.default import MISSING, collate_labels
 from task_spec import TaskSpec
 
 __all__ = ["NORMALIZATION_PRESETS", "VisionCollator", "create_vision_collator", "normalize_batch"]

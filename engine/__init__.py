@@ -1,21 +1,21 @@
 """The data-loading engine: configs, loader factory, samplers, the UniversalDataModule and its utilities."""
 
 from collators import CollatorRegistry
-from engine.config import DataLoaderConfig
-from engine.factory import DataLoaderFactory
-from engine.module import MultiDataModule, UniversalDataModule
+from engine.core.rng import derive_seed
+from engine.datamodule.protocol import DataModuleProtocol
+from engine.datamodule.universal import MultiDataModule, UniversalDataModule
+from engine.loading.config import DataLoaderConfig
+from engine.loading.factory import DataLoaderFactory
 from engine.multi.config import EpochLengthPolicy, MultiDataLoaderConfig, SamplingStrategy
 from engine.multi.loader import MultiDataLoader
 from engine.multi.module import build_multi_loader
-from engine.protocol import DataModuleProtocol
-from engine.rng import derive_seed
 from engine.sampling.epochs import set_epoch
 from engine.sampling.eval import ShardedEvalBatchSampler
 from engine.sampling.length import LengthGroupedBatchSampler, TokenBudgetBatchSampler
 from engine.sampling.packed import PackedBatchSampler
 from engine.sampling.seeded import SeededBatchSampler
 from engine.sources.bad_rows import SkippedRow, SkipReport
-from engine.splits import SplitPlan, plan_splits
+from engine.sources.splits import SplitPlan, plan_splits
 from engine.tools.device import DeviceNormalize, normalize_on_device
 from engine.tools.monitor import DataMonitor, DataMonitorCallback
 from engine.tools.report import DataReport

@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 import numpy as np
 from torch.utils.data import Dataset, IterableDataset
 
-from engine import distributed
-from engine._checks import check_int
+from engine.core import distributed
+from engine.core.checks import check_int
 from engine.datasets.cache import ByteBudgetLRU
 from engine.datasets.modes import LoadingMode, resolve_mode
 

@@ -7,7 +7,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
-from engine._checks import check_int
+from engine.core.checks import check_int
 from engine.datasets.sizes import sizeof
 
 __all__ = ["ByteBudgetLRU", "sizeof"]

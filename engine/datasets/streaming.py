@@ -14,7 +14,7 @@ from typing import Any
 
 from torch.utils.data import IterableDataset, get_worker_info
 
-from engine import distributed
+from engine.core import distributed
 
 __all__ = ["ShardIterator", "StreamingMixin", "shard_blocks"]
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from engine._checks import check_int
+from engine.core.checks import check_int
 
 
 class SamplingStrategy(str, Enum):

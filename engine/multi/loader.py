@@ -16,11 +16,11 @@ from typing import Any
 
 from torchdata.stateful_dataloader import Stateful
 
-from engine._checks import check_int
+from engine.core.checks import check_int
+from engine.loading.state import EPOCH, SEED, STATE_VERSION, VERSION
 from engine.multi.config import MultiDataLoaderConfig
 from engine.multi.schedule import Schedule, epoch_length, restart_epoch
 from engine.sampling.epochs import reach_epoch
-from engine.state import EPOCH, SEED, STATE_VERSION, VERSION
 from engine.tools.steps import loader_length
 
 

@@ -13,11 +13,20 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from engine.core.rng import derive_seed
+from engine.loading.state import (
+    CHILDREN,
+    EPOCH,
+    MULTI,
+    STATE_VERSION,
+    TRAIN_LOADER,
+    VERSION,
+    check_compatible,
+    check_structure,
+)
 from engine.multi.config import MultiDataLoaderConfig
 from engine.multi.loader import MultiDataLoader
-from engine.rng import derive_seed
 from engine.sources.kinds import is_column_dict, is_hf_dataset_dict
-from engine.state import CHILDREN, EPOCH, MULTI, STATE_VERSION, TRAIN_LOADER, VERSION, check_compatible, check_structure
 
 PER_NAME_OPTIONS = ("val_data", "test_data", "predict_data")
 """Options that may be given per name as ``{name: data}``; every other option applies to every child."""

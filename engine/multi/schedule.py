@@ -8,8 +8,8 @@ import math
 import numpy as np
 import torch
 
+from engine.core.rng import derive_seed, generator_from
 from engine.multi.config import EpochLengthPolicy, MultiDataLoaderConfig, SamplingStrategy
-from engine.rng import derive_seed, generator_from
 
 _RESTART_BASE = 1 << 30
 

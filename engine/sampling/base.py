@@ -13,8 +13,8 @@ from typing import Any
 
 from torch.utils.data import Sampler
 
-from engine._checks import check_int
-from engine.rng import batch_seed
+from engine.core.checks import check_int
+from engine.core.rng import batch_seed
 from engine.sampling import elastic
 from engine.sampling.epochs import set_epoch as set_loader_epoch
 

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from engine._checks import check_int
+from engine.core.checks import check_int
 
 Segment = tuple[int, int]
 """A part of an epoch served on an earlier topology: (number of ranks, batches each rank had yielded)."""

@@ -23,7 +23,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
-from engine._checks import check_int
+from engine.core.checks import check_int
 
 _UNKNOWN = object()
 _STALE_WORKERS: weakref.WeakSet[DataLoader] = weakref.WeakSet()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from engine._checks import check_int, check_rank
+from engine.core.checks import check_int, check_rank
 from engine.sampling.base import EpochBatchSampler
 
 

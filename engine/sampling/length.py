@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine._checks import check_choice, check_int, check_rank
-from engine.rng import derive_seed
+from engine.core.checks import check_choice, check_int, check_rank
+from engine.core.rng import derive_seed
 from engine.sampling.base import EpochBatchSampler
 from engine.sampling.ranks import UNEVEN_POLICIES, deal_to_ranks, equalize_batch_counts
 

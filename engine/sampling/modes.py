@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any
 
 from collators.packed import PACKED_TASK_TYPES
-from engine._checks import check_int
+from engine.core.checks import check_int
 
 BATCHING_MODES = ("plain", "grouped", "token_budget", "packed")
 BUDGET_MODES = ("token_budget", "packed")

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from engine._checks import check_int
+from engine.core.checks import check_int
 from engine.sampling.length import _LengthAware
 from engine.sampling.ranks import deal_to_ranks
 

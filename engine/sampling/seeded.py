@@ -7,8 +7,8 @@ import math
 import numpy as np
 import torch
 
-from engine._checks import check_choice, check_int, check_rank
-from engine.rng import derive_seed, generator_from
+from engine.core.checks import check_choice, check_int, check_rank
+from engine.core.rng import derive_seed, generator_from
 from engine.sampling.base import EpochBatchSampler
 from engine.sampling.ranks import UNEVEN_POLICIES, deal_to_ranks, rows_per_rank
 

@@ -10,12 +10,11 @@ what the row path gives.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
-from collators._text_batch import RaggedColumn, SpanColumn
+from collators.columns import RaggedColumn, SpanColumn
 from engine.sources import _arrow_buffers
 from engine.sources._arrow_buffers import list_of_ints, shared_view, uniform_value
 
@@ -164,60 +163,3 @@ class ArrowBatchFetcher:
             formatted = self.formatter.format_batch(table)
         return {name: self.ragged[name].gather(rows) if name in self.ragged else formatted.get(name, [])
                 for name in self.names}
-
-
-class ColumnBatch(Sequence):
-    """One batch of a source that can hand over columns (an :class:`engine.sources.adapt.HFSource`, or a
-    ``TensorListSource`` of 1-D integer rows): columns for collators that read them, else the rows.
-
-    A ``Sequence`` of row dicts (built on first use: the rows a ``RowBatch`` would hold) with the batch's
-    ``rng_seed``; :meth:`to_columns` fetches the same rows column-wise without building them. Pickles as a
-    :class:`RowBatch`.
-    """
-
-    rng_seed: int | None = None
-
-    @property
-    def role(self) -> str:
-        return self.source.role
-
-    @property
-    def indices(self) -> list[int]:
-        return self.positions
-
-    def __init__(self, source: Any, positions: list[int]) -> None:
-        self.source = source
-        self.positions = positions
-        self._rows: Any = None
-
-    def to_columns(self) -> dict[str, Any]:
-        """``{column: RaggedColumn | list}`` in the dataset's column order (see ``TextCollator.collate_columns``)."""
-        return self.source.fetch_columns(self.positions)
-
-    def rows(self) -> Any:
-        """The row dicts as a :class:`engine.sources.adapt.RowBatch`, fetched once."""
-        if self._rows is None:
-            self._rows = self.source.fetch_rows(self.positions)
-            self._rows.rng_seed, self._rows.role, self._rows.indices = self.rng_seed, self.role, self.positions
-        return self._rows
-
-    def __len__(self) -> int:
-        return len(self.positions)
-
-    def __getitem__(self, index: Any) -> Any:
-        return self.rows()[index]
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.rows())
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Sequence) and list(self.rows()) == list(other)
-
-    __hash__ = None  # type: ignore[assignment]  # mutable-sequence semantics, like the list it stands for
-
-    def __reduce__(self) -> Any:
-        rows = self.rows()  # pickles as the RowBatch: the columns' views of Arrow buffers stay behind
-        return type(rows), (list(rows),), dict(rows.__dict__)
-
-    def __repr__(self) -> str:
-        return f"ColumnBatch(rows={len(self)}, columns={self.source.column_names}, rng_seed={self.rng_seed})"

@@ -1,12 +1,13 @@
 """Adapters from the user's data to one map-style interface with batched fetch and cheap views.
 
-Every source answers ``__getitems__(indices)`` with a :class:`RowBatch` (or, for Hugging Face data, a
-:class:`ColumnBatch` that also hands over its columns), which carries the batch's ``rng_seed`` from the sampler
-to the collator. ``view(indices)`` selects a split without copying rows.
+Every source answers ``__getitems__(indices)`` with a :class:`RowBatch` (or, once the loader asks for columns,
+a :class:`collators.columns.ColumnBatch` fetched column-wise), which carries the batch's ``rng_seed`` from the
+sampler to the collator. ``view(indices)`` selects a split without copying rows.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,8 +15,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from collators._text_batch import SpanColumn
-from engine.sources._arrow_fetch import ArrowBatchFetcher, ColumnBatch
+from collators.columns import ColumnBatch, SpanColumn
+from engine.sources._arrow_fetch import ArrowBatchFetcher
 from engine.sources.files import is_path_data, load_paths
 from engine.sources.kinds import ACCEPTED, TupleRows, columns_dataset, is_column_dict, tuple_fields
 from engine.sources.rows import MapSource, RowBatch
@@ -27,33 +28,47 @@ except ImportError:  # pragma: no cover
 
 
 class ColumnarSource(MapSource):
-    """A source that can hand a batch over as columns: ``__getitems__`` answers a :class:`ColumnBatch`, whose
-    columns collators that read them (``TextCollator``) pad straight from the flat buffers, while any other collate
-    function gets the rows (:meth:`fetch_rows`). A split with a per-row transform takes the row path (a transform
-    needs rows), and so does a source whose :meth:`columnar` says no."""
+    """A source that can read a batch as columns. Once a loader whose collator reads columns asks for them
+    (:meth:`handing_columns`), ``__getitems__`` fetches a :class:`collators.columns.ColumnBatch`, which
+    ``TextCollator`` pads straight from the flat buffers; otherwise, and for a split with a per-row transform (a
+    transform needs rows) or a source whose :meth:`columnar` says no, it answers rows."""
+
+    hands_columns = False
+    """Whether ``__getitems__`` answers columns (set on a copy by :meth:`handing_columns`)."""
 
     def columnar(self) -> bool:
         raise NotImplementedError
 
-    def __getitems__(self, indices: Sequence[int]) -> RowBatch | ColumnBatch:
-        if not self.columnar() or self.transform is not None:
-            return super().__getitems__(indices)
-        batch = ColumnBatch(self, list(indices))
-        batch.rng_seed = getattr(indices, "rng_seed", None)
-        return batch
+    def fetch_columns(self, positions: Sequence[int]) -> dict[str, Any]:
+        raise NotImplementedError
 
-    def fetch_rows(self, positions: list[int]) -> RowBatch:
-        """The rows at ``positions``, as the row path gives them, in one fetch."""
-        return RowBatch(self._fetch(positions))
+    def handing_columns(self) -> ColumnarSource:
+        """A shallow copy of this source whose batches are fetched as columns (data shared)."""
+        source = copy.copy(self)
+        source.hands_columns = True
+        return source
+
+    def __getitems__(self, indices: Sequence[int]) -> RowBatch | ColumnBatch:
+        if not self.hands_columns or self.transform is not None or not self.columnar():
+            return super().__getitems__(indices)
+        positions = list(indices)
+        try:
+            columns = self.fetch_columns(positions)
+        except Exception:
+            rows = super().__getitems__(indices)  # names the failing row, or leaves it out (on_error)
+            if rows.skipped:
+                return rows
+            raise  # every row reads on its own: the column read itself failed
+        return ColumnBatch(columns, len(positions), rng_seed=getattr(indices, "rng_seed", None), role=self.role,
+                           indices=positions)
 
 
 class HFSource(ColumnarSource):
     """A Hugging Face ``datasets.Dataset``: batches fetched column-wise from Arrow, splits via ``select`` (no copy).
 
-    ``__getitems__`` answers with a :class:`ColumnBatch`: collators that read columns (``TextCollator``) pad
-    the token columns straight from Arrow's flat buffers; any other collate function sees the same row dicts
-    as before. Datasets with a format (``with_format('torch')``) or hidden columns get a :class:`RowBatch`, and so
-    does a split with a per-row transform (a transform needs rows).
+    Handing columns, ``__getitems__`` answers a :class:`collators.columns.ColumnBatch`: the token columns
+    straight from Arrow's flat buffers. Datasets with a format (``with_format('torch')``) or hidden columns get a
+    :class:`RowBatch`, and so does a split with a per-row transform (a transform needs rows).
     """
 
     def __init__(self, dataset: Any) -> None:
@@ -80,6 +95,7 @@ class HFSource(ColumnarSource):
 
     def view(self, positions: np.ndarray) -> HFSource:
         source = HFSource(self.dataset.select(positions))
+        source.hands_columns = self.hands_columns
         base = getattr(self, "positions", None)  # dataset indices of the view's rows, named in errors and seeds
         source.positions = base[positions] if base is not None else np.asarray(positions, dtype=np.int64)
         return source

@@ -18,7 +18,7 @@ from typing import Any
 
 from torch.utils.data._utils.pin_memory import pin_memory
 
-from engine._checks import check_choice, check_int
+from engine.core.checks import check_choice, check_int
 from engine.sources.transforms import TransformFailed
 
 ON_ERROR = ("raise", "skip", "warn")

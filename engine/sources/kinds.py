@@ -54,7 +54,7 @@ def _as_tensor_image(value: Any, index: int, name: str, *, is_target: bool) -> A
         from torchvision.transforms.v2.functional import pil_to_tensor
 
         return pil_to_tensor(value)
-    from collators._vision_images import to_chw
+    from collators.images import to_chw
 
     return to_chw(value, index, name)
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine._checks import check_choice, check_int
+from engine.core.checks import check_choice, check_int
 from engine.sources.adapt import HFSource, MapSource, TensorListSource
 from engine.sources.lengths import lengths_of
 

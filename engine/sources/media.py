@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torchvision.transforms.v2.functional import pil_to_tensor
 
-from collators._vision_images import to_chw
+from collators.images import to_chw
 
 
 def media_columns(dataset: Any, fields: list[str]) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from typing import Any
 
 from torch.utils.data import IterableDataset
 
-from engine.rng import hash_into
+from engine.core.rng import hash_into
 
 try:
     import datasets as hf_datasets

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine._checks import check_int
+from engine.core.checks import check_int
 
 CACHE_VERSION = "1"
 """Part of every cache file's name: raised when the cached layout changes, so old files are not read."""

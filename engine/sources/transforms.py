@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.rng import generator_from, seed_family
+from engine.core.rng import generator_from, seed_family
 
 TRANSFORM_ARGUMENTS = {"train": "train_transform", "val": "eval_transform", "test": "eval_transform",
                        "predict": "eval_transform"}

@@ -17,7 +17,7 @@ import lightning
 import psutil
 import torch
 
-from engine._checks import check_int
+from engine.core.checks import check_int
 from engine.tools.inline import InlineFigure
 
 MB = 1024 * 1024

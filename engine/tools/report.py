@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from engine.factory import batch_sampler_for
-from engine.rng import batch_seed
+from engine.collation.seeded_collate import SeededCollate
+from engine.core.rng import batch_seed
+from engine.loading.factory import batch_sampler_for
 from engine.sampling.base import BatchIndices
 from engine.sampling.seeded import SeededBatchSampler
-from engine.seeded_collate import SeededCollate
 from engine.sources.adapt import MapSource
 from engine.sources.inputs import token_field
 from engine.tools import report_numbers as measure

@@ -14,8 +14,8 @@ import numpy as np
 import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from engine.config import DataLoaderConfig
-from engine.factory import DataLoaderFactory
+from engine.loading.config import DataLoaderConfig
+from engine.loading.factory import DataLoaderFactory
 from engine.sampling.epochs import set_epoch
 from engine.sources.adapt import as_source
 

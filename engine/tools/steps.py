@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from engine._checks import check_int
+from engine.core.checks import check_int
 
 Batch = dict[str, Any]
 """A batch as the collators build it: field name -> tensor (or list, for fields that do not stack)."""

@@ -16,9 +16,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine._checks import check_int
-from engine.config import DataLoaderConfig
-from engine.factory import DataLoaderFactory
+from engine.core.checks import check_int
+from engine.loading.config import DataLoaderConfig
+from engine.loading.factory import DataLoaderFactory
 from engine.tools.monitor import batch_counts
 
 

@@ -79,7 +79,7 @@ class TestUint8AgainstTorchvision:
         assert torch.equal(scaled, reference(images, [0] * 3, None)["pixel_values"])
 
     def test_the_compiled_pass_refuses_statistics_of_another_length(self) -> None:
-        from collators._vision_images import scale_uint8
+        from collators.images import scale_uint8
 
         with pytest.raises(ValueError, match=r"C values of mean and std, but got a batch of shape \(2, 3, 4, 4\)"):
             scale_uint8(torch.zeros(2, 3, 4, 4, dtype=torch.uint8), np.zeros(2, np.float32), np.ones(2, np.float32))

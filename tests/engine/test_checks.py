@@ -1,9 +1,9 @@
-"""engine/_checks.py: one form for argument errors, TypeError for a wrong type and ValueError for a wrong value."""
+"""engine/core/checks.py: one form for argument errors, TypeError for a wrong type and ValueError for a wrong value."""
 
 import numpy as np
 import pytest
 
-from engine._checks import check_choice, check_int, check_rank
+from engine.core.checks import check_choice, check_int, check_rank
 
 
 class TestCheckInt:

@@ -3,7 +3,7 @@ from types import SimpleNamespace
 import lightning
 import pytest
 
-from engine.distributed import check_trainer_keeps_our_samplers, resolve_world
+from engine.core.distributed import check_trainer_keeps_our_samplers, resolve_world
 
 
 def connector(use_distributed_sampler):

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from engine import SeededBatchSampler, UniversalDataModule
-from engine.config import DataLoaderConfig
-from engine.factory import DataLoaderFactory
-from engine.state import check_compatible, module_identity
+from engine.loading.config import DataLoaderConfig
+from engine.loading.factory import DataLoaderFactory
+from engine.loading.state import check_compatible, module_identity
 from tests.engine.test_resume import SPEC, module, rows, run
 from tests.engine.test_resume_lightning import Recorder, trainer
 

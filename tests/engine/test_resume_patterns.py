@@ -194,7 +194,7 @@ class TestConfigurationInCheckpoints:
         assert resumed.seen == full.seen[2:4]
 
     def test_an_argument_a_checkpoint_cannot_hold_must_be_given_again(self):
-        from engine.options import NOT_PLAIN, checkpoint_configuration, restore_configuration
+        from engine.datamodule.options import NOT_PLAIN, checkpoint_configuration, restore_configuration
 
         marker = object()
         saved = checkpoint_configuration({"batch_size": 4, "collator_kwargs": {"vocab": marker}, "self": None},

@@ -1,4 +1,4 @@
-"""engine/rng.py: seeds are pure functions of their keys, stable across processes, and never touch global RNGs."""
+"""engine/core/rng.py: seeds are pure functions of their keys, stable across processes, and never touch global RNGs."""
 
 import hashlib
 import random
@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import torch
 
-from engine.rng import batch_seed, content_seed, derive_seed, generator_from, hash_into, seed_family, seed_worker
+from engine.core.rng import batch_seed, content_seed, derive_seed, generator_from, hash_into, seed_family, seed_worker
 
 
 def digest_of(value, **options):
@@ -19,7 +19,7 @@ def digest_of(value, **options):
 
 class TestDeriveSeed:
     def test_the_same_in_another_process(self):
-        code = "from engine.rng import derive_seed; print(derive_seed(7, 'split', 3))"
+        code = "from engine.core.rng import derive_seed; print(derive_seed(7, 'split', 3))"
         other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
         assert int(other.stdout) == derive_seed(7, "split", 3)
 

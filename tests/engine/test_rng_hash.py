@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.rng import content_seed, hash_into
+from engine.core.rng import content_seed, hash_into
 
 
 def reference_hash_into(digest, value, *, max_elements=None):

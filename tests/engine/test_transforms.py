@@ -223,7 +223,7 @@ class TestErrors:
             UniversalDataModule(indexed_rows(), task_spec=LM, train_transform="flip")
 
     def test_a_transform_spawned_workers_cannot_receive_is_refused_at_construction(self, monkeypatch):
-        monkeypatch.setattr("engine.factory.multiprocessing.get_start_method", lambda allow_none=False: "spawn")
+        monkeypatch.setattr("engine.loading.factory.multiprocessing.get_start_method", lambda allow_none=False: "spawn")
         with pytest.raises(TypeError, match=r"num_workers=2 with the 'spawn' start method sends the eval_transform "
                                             r"to each worker by pickling, but it cannot be pickled"):
             UniversalDataModule(indexed_rows(), task_spec=LM, num_workers=2, eval_transform=lambda row: row)

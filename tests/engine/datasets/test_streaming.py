@@ -9,7 +9,7 @@ from torch.utils.data import IterableDataset
 
 from collators import TextCollator, VisionCollator
 from demo.sample_data import build_tokenizer
-from engine import distributed
+from engine.core import distributed
 from engine.datasets import (
     FileDataset,
     HDF5Dataset,
@@ -138,10 +138,10 @@ class TestStreamingDataset:
             assert ids == list(range(ROWS)) and reads == [(12, 16), (16, 24), (24, 32), (32, 37)]
 
     def test_stream_batch_seeds_follow_the_rows_whatever_the_workers(self, h5_ids):
-        """The factory seeds each stream batch from its rows (engine.rng.content_seed, hashed column by column):
+        """The factory seeds each stream batch from its rows (engine.core.rng.content_seed, hashed column by column):
         the generators are those of the rows, the same with 0 or 2 workers."""
         from engine import DataLoaderConfig, DataLoaderFactory
-        from engine.rng import content_seed, generator_from
+        from engine.core.rng import content_seed, generator_from
 
         draws = {}
         for workers in (0, 2):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from engine import UniversalDataModule
-from engine.module import MultiDataModule
+from engine.datamodule.universal import MultiDataModule
 from engine.multi.config import MultiDataLoaderConfig
 from task_spec import TaskSpec
 from tests.engine.test_module_options import SMALL_IMAGES, Images

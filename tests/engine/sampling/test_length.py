@@ -4,8 +4,8 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
-from engine.config import DataLoaderConfig
-from engine.factory import DataLoaderFactory, batch_sampler_for
+from engine.loading.config import DataLoaderConfig
+from engine.loading.factory import DataLoaderFactory, batch_sampler_for
 from engine.sampling.length import LengthGroupedBatchSampler, TokenBudgetBatchSampler
 from engine.sampling.modes import resolve_batching
 from engine.sampling.seeded import SeededBatchSampler

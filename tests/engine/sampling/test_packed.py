@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from collators.packed import PackedCollator
-from engine.config import DataLoaderConfig
-from engine.factory import DataLoaderFactory, batch_sampler_for
+from engine.loading.config import DataLoaderConfig
+from engine.loading.factory import DataLoaderFactory, batch_sampler_for
 from engine.sampling.modes import resolve_batching
 from engine.sampling.packed import PackedBatchSampler, best_fit_decreasing
 from engine.sources.adapt import TensorListSource

@@ -1,9 +1,9 @@
 """Column-wise fetch from Hugging Face datasets: the same rows and batches as the row path, whatever the layout.
 
-HFSource answers ``__getitems__`` with a ColumnBatch. Its columns must equal ``dataset[positions]`` for every
-table layout (one or many record batches, ``select`` views, shuffled or in order), collators that read rows
-must see the same row dicts as before, and an epoch through UniversalDataModule must give the batches the row
-path gives.
+HFSource, handing columns, answers ``__getitems__`` with a ColumnBatch. Its columns must equal
+``dataset[positions]`` for every table layout (one or many record batches, ``select`` views, shuffled or in
+order), collators that read rows must see the same row dicts as before, and an epoch through UniversalDataModule
+must give the batches the row path gives.
 """
 
 from __future__ import annotations
@@ -17,10 +17,9 @@ import torch
 from torch.utils.data import Dataset
 
 from collators import DefaultCollator, TextCollator
-from collators.text import RaggedColumn, SpanColumn
-from engine.module import UniversalDataModule
+from collators.columns import ColumnBatch, RaggedColumn, SpanColumn
+from engine.datamodule.universal import UniversalDataModule
 from engine.sampling.base import BatchIndices
-from engine.sources._arrow_fetch import ColumnBatch
 from engine.sources.adapt import HFSource, RowBatch
 from task_spec import TaskSpec
 
@@ -68,7 +67,7 @@ class TestFetchColumns:
         assert list(columns) == dataset.column_names
         assert isinstance(columns["input_ids"], SpanColumn) and isinstance(columns["flags"], SpanColumn)
         assert isinstance(columns["nested"], list) and isinstance(columns["name"], list)
-        assert as_rows(columns) == HFSource(dataset).fetch_rows(positions)
+        assert as_rows(columns) == HFSource(dataset).__getitems__(positions)
 
     @pytest.mark.parametrize("row_spans", ["kept", "searched"])
     @pytest.mark.parametrize("layout", ["memory_mapped", "memory_mapped_slice", "in_memory_map", "concatenated",
@@ -102,7 +101,7 @@ class TestFetchColumns:
         source = HFSource(dataset)
         positions = np.random.default_rng(4).permutation(len(dataset))[:64].tolist() + [0, len(dataset) - 1]
         columns = source.fetch_columns(positions)
-        assert as_rows(columns) == source.fetch_rows(positions)
+        assert as_rows(columns) == source.__getitems__(positions)
         expected_kind = RaggedColumn if layout == "concatenated_past_the_copy_limit" else SpanColumn
         assert isinstance(columns["input_ids"], expected_kind) and isinstance(columns["flags"], expected_kind)
         index = source._fetcher.ragged["input_ids"]
@@ -140,20 +139,20 @@ class TestFetchColumns:
         source = HFSource(dataset)
         positions = np.random.default_rng(4).permutation(300)[:64].tolist() + [0, 299]
         columns = source.fetch_columns(positions)
-        assert as_rows(columns) == source.fetch_rows(positions)
+        assert as_rows(columns) == source.__getitems__(positions)
         assert (columns["attention_mask"].values.strides == (0,)) == (layout != "past_the_scan_limit")
         assert columns["token_type_ids"].values.strides == (1,)
         collate = TextCollator(pad_token_id=0, max_length=8, vocab_size=500)
         batch = collate.collate_columns(columns)
-        reference = collate(source.fetch_rows(positions))
+        reference = collate(source.__getitems__(positions))
         assert batch.keys() == reference.keys()
         assert all(torch.equal(batch[key], reference[key]) for key in reference)
 
     def test_select_views_and_negative_indices(self, chunked):
         view = HFSource(chunked).view(np.random.default_rng(2).permutation(300)[:120]).view(np.arange(119, -1, -2))
         positions = [0, 59, 1, 30]
-        assert as_rows(view.fetch_columns(positions)) == view.fetch_rows(positions)
-        assert as_rows(view.fetch_columns([-1, -60])) == view.fetch_rows([59, 0])  # datasets' own path refuses these
+        assert as_rows(view.fetch_columns(positions)) == view.__getitems__(positions)
+        assert as_rows(view.fetch_columns([-1, -60])) == view.__getitems__([59, 0])  # datasets' own path refuses these
         with pytest.raises(IndexError, match="out of bounds for size 60"):
             view.fetch_columns([60])
 
@@ -179,18 +178,19 @@ class TestColumnBatch:
     def test_is_a_sequence_of_the_row_dicts_with_the_seed(self, chunked):
         indices = BatchIndices([3, 1, 4])
         indices.rng_seed = 99
-        batch = HFSource(chunked).__getitems__(indices)
+        batch = HFSource(chunked).handing_columns().__getitems__(indices)
         assert isinstance(batch, ColumnBatch) and batch.rng_seed == 99 and len(batch) == 3
         expected = [chunked[i] for i in (3, 1, 4)]
         assert batch == expected and list(batch) == expected and batch[1] == expected[1] and batch[-1] == expected[2]
         restored = pickle.loads(pickle.dumps(batch))
-        assert isinstance(restored, RowBatch) and restored == expected and restored.rng_seed == 99
+        assert isinstance(restored, ColumnBatch) and restored == expected and restored.rng_seed == 99
+        assert all(isinstance(column, list) for column in restored.columns.values())  # the buffers stay behind
         assert "ColumnBatch(rows=3" in repr(batch)
 
     def test_formatted_datasets_keep_the_row_path(self, chunked):
         for dataset in (chunked.with_format("torch"), chunked.select_columns(["label"]).with_format("numpy"),
                         chunked.with_format(None, columns=["label"])):
-            batch = HFSource(dataset).__getitems__([0, 1])
+            batch = HFSource(dataset).handing_columns().__getitems__([0, 1])
             assert isinstance(batch, RowBatch) and [list(row) for row in batch] == [list(dataset[0])] * 2
             assert all(str(batch[i][key]) == str(dataset[i][key]) for i in (0, 1) for key in batch[0])
 
@@ -201,7 +201,7 @@ class TestColumnBatch:
         assert clone._fetcher is None and as_rows(clone.fetch_columns([2])) == [chunked[2]]
 
     def test_default_collator_sees_the_rows(self, chunked):
-        batch = HFSource(chunked.select_columns(["label", "score", "name"])).__getitems__([7, 8])
+        batch = HFSource(chunked.select_columns(["label", "score", "name"])).handing_columns().__getitems__([7, 8])
         rows = RowBatch(batch.rows())
         ours, reference = DefaultCollator()(batch), DefaultCollator()(rows)
         assert torch.equal(ours["label"], reference["label"]) and ours["name"] == reference["name"]
@@ -212,7 +212,7 @@ class TestColumnBatch:
     def test_text_collator_reads_columns_with_the_same_result(self, chunked, options):
         collate = TextCollator(pad_token_id=0, **options)
         positions = np.random.default_rng(3).permutation(300)[:32].tolist()
-        batch = HFSource(chunked.remove_columns(["nested"])).__getitems__(positions)
+        batch = HFSource(chunked.remove_columns(["nested"])).handing_columns().__getitems__(positions)
         ours = collate(batch, generator=torch.Generator().manual_seed(0))
         reference = collate(RowBatch(batch.rows()), generator=torch.Generator().manual_seed(0))
         assert list(ours) == list(reference)

@@ -1,12 +1,12 @@
-"""engine/sources/given.py and inputs.py: what a module was given, checked at construction, prepared at setup."""
+"""engine/datamodule/given.py and inputs.py: what a module was given, checked at construction, prepared at setup."""
 
 import datasets
 import pytest
 import torch
 
 from demo.sample_data import build_tokenizer
+from engine.datamodule.given import prepare_inputs, take_inputs
 from engine.sources.adapt import HFSource, TensorListSource
-from engine.sources.given import prepare_inputs, take_inputs
 from engine.sources.streams import EpochStream
 from task_spec import TaskSpec
 

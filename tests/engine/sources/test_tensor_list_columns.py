@@ -3,9 +3,9 @@
 import pytest
 import torch
 
+from collators.columns import ColumnBatch
 from collators.text import TextCollator
-from engine.seeded_collate import SeededCollate
-from engine.sources._arrow_fetch import ColumnBatch
+from engine.collation.seeded_collate import SeededCollate
 from engine.sources.adapt import RowBatch, TensorListSource
 from task_spec import TaskSpec
 
@@ -28,9 +28,9 @@ def test_columns_collate_to_the_batch_of_the_rows(dtype, spec, key):
     source = TensorListSource(rows, key=key).view(torch.arange(39, 3, -1).numpy())  # a split view, reversed
     collator = TextCollator(task_spec=spec)
     positions = [5, 0, 17, 33, 2, 9, 9]
-    batch = source.__getitems__(positions)
+    batch = source.handing_columns().__getitems__(positions)
     assert isinstance(batch, ColumnBatch)
-    as_rows = batch.rows()
+    as_rows = source.__getitems__(positions)  # the row path
     assert isinstance(as_rows, RowBatch) and len(as_rows) == len(positions)
     expected = [rows[39 - p] for p in positions]
     assert all(torch.equal(row if key is None else row[key], want) for row, want in zip(as_rows, expected))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine.rng import derive_seed
+from engine.core.rng import derive_seed
 from engine.sampling.base import BatchIndices
 from engine.sources.adapt import HFSource, RowBatch, TensorListSource
 from engine.sources.transforms import RowTransform, TransformFailed, split_transforms, takes_generator
@@ -83,8 +83,9 @@ class TestSources:
     def test_a_transformed_hf_source_takes_the_row_path_and_its_view_seeds_by_dataset_index(self):
         data = datasets.Dataset.from_dict({"input_ids": [[i, i + 1] for i in range(10)], "labels": list(range(10))})
         source = HFSource(data)
-        assert type(source.__getitems__([0, 1])).__name__ == "ColumnBatch"
-        view = source.view(np.array([6, 2, 9])).for_role("val", RowTransform(lambda row: row, seed=0, role="val"))
+        assert type(source.handing_columns().__getitems__([0, 1])).__name__ == "ColumnBatch"
+        transform = RowTransform(lambda row: row, seed=0, role="val")
+        view = source.handing_columns().view(np.array([6, 2, 9])).for_role("val", transform)
         fetched = view.__getitems__(batch([0, 2], epoch=0))
         assert isinstance(fetched, RowBatch) and [row["labels"] for row in fetched] == [6, 9]
         assert [view.dataset_index(p) for p in range(3)] == [6, 2, 9]

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from engine import DataLoaderConfig, DataLoaderFactory, UniversalDataModule
-from engine.pipeline import ThreadLoader
+from engine.loading.pipeline import ThreadLoader
 from task_spec import TaskSpec
 from tests.engine.test_resume import SPEC, fingerprint, module, rows, run
 from tests.engine.test_resume_lightning import Recorder, trainer

@@ -6,7 +6,7 @@ import torch
 import torch.autograd.profiler as autograd_profiler
 
 from engine import UniversalDataModule
-from engine.workers.iterators import MultiProcessIterator, SingleProcessIterator
+from engine.loading.iterators import MultiProcessIterator, SingleProcessIterator
 from task_spec import TaskSpec
 
 NEXT_RANGE = "enumerate(DataLoader)#"
@@ -99,7 +99,7 @@ def test_the_per_batch_snapshot_equals_torchdatas():
     from torchdata.stateful_dataloader.stateful_dataloader import _StatefulMultiProcessingDataLoaderIter
     from torchdata.stateful_dataloader.worker import try_to_serialize
 
-    from engine.workers.iterators import state_of
+    from engine.loading.iterators import state_of
 
     dm = module(2)
     dm.setup()

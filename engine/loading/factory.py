@@ -17,19 +17,19 @@ from torch.utils.data import BatchSampler, IterableDataset, Sampler, SequentialS
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from collators.default import DefaultCollator
-from engine.config import DataLoaderConfig
-from engine.loader import PassAwareLoader, ResumableLoader
-from engine.pipeline import ThreadLoader
-from engine.rng import derive_seed, generator_from, seed_worker
+from engine.collation.handoff import WorkerCollate
+from engine.collation.seeded_collate import SeededCollate
+from engine.core.rng import derive_seed, generator_from, seed_worker
+from engine.loading.config import DataLoaderConfig
+from engine.loading.loader import PassAwareLoader, ResumableLoader
+from engine.loading.pipeline import ThreadLoader
 from engine.sampling.base import EpochBatchSampler, EpochHandle
 from engine.sampling.eval import ShardedEvalBatchSampler
 from engine.sampling.length import LengthGroupedBatchSampler, TokenBudgetBatchSampler
 from engine.sampling.packed import PackedBatchSampler
 from engine.sampling.seeded import SeededBatchSampler
-from engine.seeded_collate import SeededCollate
-from engine.sources.adapt import as_source
+from engine.sources.adapt import ColumnarSource, as_source
 from engine.sources.lengths import lengths_of
-from engine.workers.handoff import WorkerCollate
 
 
 class DataLoaderFactory:
@@ -94,6 +94,8 @@ class DataLoaderFactory:
             loader_class = PassAwareLoader if callable(getattr(dataset, "begin_pass", None)) else StatefulDataLoader
             return loader_class(dataset, batch_size=config.batch_size, drop_last=config.drop_last, **common)
         source = as_source(dataset)
+        if collate.reads_columns and isinstance(source, ColumnarSource):  # fetched as columns, padded from them
+            source = source.handing_columns()
         check_picklable(source, collate, kwargs)
         if batch_sampler is not None:
             return _attach_epoch_handle(_map_loader(source, batch_sampler, config, common))

@@ -8,22 +8,22 @@ from typing import Any
 import lightning
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from engine import options
-from engine.checkpointing import CheckpointedModule
-from engine.distributed import check_trainer_keeps_our_samplers, resolve_world
-from engine.factory import DataLoaderFactory, check_transforms_can_start, check_workers_can_start
+from engine.core.distributed import check_trainer_keeps_our_samplers, resolve_world
+from engine.datamodule import options
+from engine.datamodule.checkpointing import CheckpointedModule
+from engine.datamodule.collator import module_collator
+from engine.datamodule.given import log_long_rows, prepare_inputs, prepare_tokens, take_inputs
+from engine.loading.factory import DataLoaderFactory, check_transforms_can_start, check_workers_can_start
+from engine.loading.state import TrainPosition
 from engine.multi.config import MultiDataLoaderConfig
 from engine.multi.module import NamedDatasets, defer_to_named, is_named_datasets
 from engine.sampling.modes import resolve_batching
-from engine.seeded_collate import module_collator
 from engine.sources.adapt import MapSource
 from engine.sources.bad_rows import SkipReport
-from engine.sources.given import log_long_rows, prepare_inputs, prepare_tokens, take_inputs
 from engine.sources.long_rows import LongRows, check_sources
+from engine.sources.splits import SplitPlan
 from engine.sources.token_cache import TokenCache
 from engine.sources.transforms import split_transforms
-from engine.splits import SplitPlan
-from engine.state import TrainPosition
 from engine.tools.device import DeviceNormalize
 from engine.tools.report import DataReport, build_report
 from engine.tools.summary import render_html, render_text

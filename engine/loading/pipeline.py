@@ -21,9 +21,9 @@ from typing import Any
 from torch.utils.data import DataLoader
 from torchdata import nodes
 
-from engine.loader import KeepsDroppedPass, checked
+from engine.loading.loader import KeepsDroppedPass, checked
+from engine.loading.state import ITERATOR_FINISHED, sampler_state_of
 from engine.sampling.base import EpochBatchSampler
-from engine.state import ITERATOR_FINISHED, sampler_state_of
 
 
 def loader_state(sampler_state: dict[str, Any], num_yielded: int, finished: bool) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch.utils.data import get_worker_info
 
-from engine.seeded_collate import SeededCollate
+from engine.collation.seeded_collate import SeededCollate
 from engine.sources.bad_rows import WithSkippedRows
 
 

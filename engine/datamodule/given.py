@@ -10,17 +10,17 @@ import logging
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from engine.options import check_data_arguments
+from engine.datamodule.options import check_data_arguments
+from engine.loading.state import data_fingerprint
 from engine.sources.adapt import MapSource, TorchSource, as_source
 from engine.sources.inputs import check_inputs, token_field
 from engine.sources.kinds import is_hf_dataset_dict, unpack_dataset_dict
 from engine.sources.long_rows import LongRows, apply_long_rows, describe, special_frame
 from engine.sources.preprocess import has_raw_text, prepare_source, prepare_stream
+from engine.sources.splits import SplitPlan, plan_splits, split_views
 from engine.sources.streams import EpochStream, check_stream_options, is_hf_stream, peek_rows, stream_fingerprint
 from engine.sources.token_cache import TokenCache, machine_first
 from engine.sources.transforms import RowTransform
-from engine.splits import SplitPlan, plan_splits, split_views
-from engine.state import data_fingerprint
 from task_spec import TaskSpec
 
 ROLES = ("train", "val", "test", "predict")

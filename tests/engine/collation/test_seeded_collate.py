@@ -1,4 +1,4 @@
-"""engine/seeded_collate.py: each batch's randomness comes from its rows, not from the worker that built it."""
+"""engine.collation.seeded_collate: each batch's randomness comes from its rows, not from the worker that built it."""
 
 import pickle
 
@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from collators import TextCollator
+from engine.collation.seeded_collate import SeededCollate, accepts_generator, build_collator
 from engine.sampling.base import BatchIndices
-from engine.seeded_collate import SeededCollate, accepts_generator, build_collator
 from engine.sources.adapt import RowBatch
 from task_spec import TaskSpec
 
@@ -34,7 +34,7 @@ def test_stream_rows_without_indices_seed_from_their_content():
 def test_a_generator_is_built_only_for_collators_that_draw_random_numbers(monkeypatch):
     # A causal-LM batch draws nothing random: no per-batch generator is seeded for it (its batch is the same
     # either way); a masked-LM batch gets one, and a collator that does not say gets one too.
-    import engine.seeded_collate as seeded_collate
+    import engine.collation.seeded_collate as seeded_collate
 
     built = []
     monkeypatch.setattr(seeded_collate, "generator_from", lambda seed: built.append(seed) or torch.Generator())

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.rng import derive_seed, generator_from
+from engine.core.rng import derive_seed, generator_from
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.rng import hash_into
+from engine.core.rng import hash_into
 from engine.sources.adapt import HFSource, MapSource, TorchSource
 from engine.sources.streams import EpochStream
 
@@ -84,7 +84,7 @@ def data_fingerprint(source: MapSource) -> str:
 def module_identity(*, seed: int, data_fingerprint: str | None, split_plan: Any, world_size: int, config: Any,
                     uneven: str, batching: str, max_tokens: int | None) -> dict[str, Any]:
     """The identity part of a module's state: what a saved state must match to be loaded (``config`` is the
-    train loader's :class:`~engine.config.DataLoaderConfig`)."""
+    train loader's :class:`~engine.loading.config.DataLoaderConfig`)."""
     return {VERSION: STATE_VERSION, SEED: seed, DATA_FINGERPRINT: data_fingerprint,
             SPLIT_FINGERPRINT: split_plan.fingerprint if split_plan is not None else None,
             WORLD_SIZE: world_size, NUM_WORKERS: config.num_workers, BATCH_SIZE: config.batch_size,

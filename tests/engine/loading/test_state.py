@@ -1,13 +1,12 @@
-"""engine/state.py: fingerprints, the identity a state must match, structure checks, and TrainPosition."""
+"""engine/loading/state.py: fingerprints, the identity a state must match, structure checks, and TrainPosition."""
 
 import datasets
 import pytest
 import torch
 
-from engine.config import DataLoaderConfig
-from engine.factory import DataLoaderFactory
-from engine.sources.adapt import as_source
-from engine.state import (
+from engine.loading.config import DataLoaderConfig
+from engine.loading.factory import DataLoaderFactory
+from engine.loading.state import (
     IDENTITY_CHECKS,
     STATE_VERSION,
     TrainPosition,
@@ -16,6 +15,7 @@ from engine.state import (
     data_fingerprint,
     module_identity,
 )
+from engine.sources.adapt import as_source
 
 ROWS = [torch.arange(n) for n in range(3, 23)]
 

@@ -18,10 +18,10 @@ from torch.multiprocessing import reductions
 from torch.utils.data._utils import signal_handling
 
 from engine import UniversalDataModule
-from engine.loader import CheckedBatches
-from engine.seeded_collate import SeededCollate
-from engine.workers import handoff
-from engine.workers.handoff import InlineBatch, WorkerCollate, hand_off, one_buffer
+from engine.collation import handoff
+from engine.collation.handoff import InlineBatch, WorkerCollate, hand_off, one_buffer
+from engine.collation.seeded_collate import SeededCollate
+from engine.loading.loader import CheckedBatches
 from task_spec import TaskSpec
 
 DTYPES = (torch.int64, torch.int32, torch.uint8, torch.bool, torch.float32, torch.float16, torch.float64)

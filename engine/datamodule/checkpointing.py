@@ -1,5 +1,5 @@
 """What a ``UniversalDataModule`` puts into a checkpoint and takes back: its identity, its training position and
-its configuration. The state's schema, its version and its checks live in :mod:`engine.state`; this is the
+its configuration. The state's schema, its version and its checks live in :mod:`engine.loading.state`; this is the
 module's side of Lightning's ``state_dict`` / ``load_state_dict`` / ``load_from_checkpoint`` protocol."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ from typing import Any
 
 import torch
 
-from engine import options
+from engine.datamodule import options
+from engine.loading.state import SKIPPED_ROWS, check_compatible, check_structure, module_identity
 from engine.multi.module import defer_to_named
 from engine.sources.streams import check_resumable
-from engine.state import SKIPPED_ROWS, check_compatible, check_structure, module_identity
 
 
 class CheckpointedModule:
-    """Mixin of :class:`engine.module.UniversalDataModule`: saving and resuming its training position."""
+    """Mixin of :class:`engine.datamodule.universal.UniversalDataModule`: saving and resuming its training position."""
 
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: Any, map_location: Any = None, **data: Any) -> Any:

@@ -15,11 +15,11 @@ import torch.distributed as dist
 from torch.utils.data._utils import signal_handling
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from engine.distributed import stop_together
+from engine.collation.handoff import widen_result_pipe
+from engine.core.distributed import stop_together
+from engine.loading.iterators import loader_iterator
+from engine.loading.state import ITERATOR_FINISHED, sampler_state_of, saved_num_workers
 from engine.sources.bad_rows import SkipReport, WithSkippedRows
-from engine.state import ITERATOR_FINISHED, sampler_state_of, saved_num_workers
-from engine.workers.handoff import widen_result_pipe
-from engine.workers.iterators import loader_iterator
 
 
 class KeepsDroppedPass:

@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from enum import Enum
 from typing import Any
 
-from engine._checks import check_int
-from engine.config import DataLoaderConfig
+from engine.core.checks import check_int
+from engine.loading.config import DataLoaderConfig
 from task_spec import TaskSpec
 
 

@@ -7,10 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from collators import CollatorRegistry, Resolution
-from engine import options
-from engine.rng import content_seed, generator_from
-from engine.sampling.modes import packed_collator_name, with_packed_reason
-from engine.sources._arrow_fetch import ColumnBatch
+from engine.core.rng import content_seed, generator_from
 from engine.sources.bad_rows import WithSkippedRows, named_error
 from task_spec import TaskSpec
 
@@ -49,8 +46,6 @@ class SeededCollate:
 
     def _collate(self, rows: list[Any]) -> Any:
         try:
-            if isinstance(rows, ColumnBatch) and not self.reads_columns:  # a plain list for collators of rows
-                rows = rows.rows()
             if not self.takes_generator or not getattr(self.collate_fn, "draws_random", True):
                 return self.collate_fn(rows)
             seed = getattr(rows, "rng_seed", None)
@@ -97,16 +92,3 @@ def build_collator(
                 f"({resolution.reason}) takes no tokenizer; drop tokenizer= or choose a text collator"
             )
     return resolution.chosen.create(task_spec=spec, **kwargs), resolution
-
-
-def module_collator(spec: TaskSpec | None, tokenizer: Any, collate_fn: Any, name: str | None,
-                    kwargs: dict[str, Any] | None, *, device_normalize: bool, batching: str,
-                    batching_reason: str) -> tuple[Callable[..., Any], Resolution | None]:
-    """A data module's collator and how it was chosen: :func:`build_collator`, asking for the packed collator
-    when ``batching='packed'`` (unless one was named or given), with ``keep_uint8`` for ``device_normalize``, and
-    its pad id checked against the tokenizer."""
-    asked = packed_collator_name(batching, name, collate_fn)
-    collator, resolution = build_collator(spec, tokenizer, collate_fn, asked,
-                                          options.device_normalize_kwargs(device_normalize, collate_fn, spec, kwargs))
-    options.check_pad_id(collator, tokenizer)
-    return collator, with_packed_reason(resolution, asked != name, batching_reason)

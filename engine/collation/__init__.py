@@ -1,0 +1,2 @@
+"""Stage 4: the collate step of a loader. ``seeded_collate`` hands each batch's seeded generator to the registry's
+collator; ``handoff`` is how a worker process hands its collated batch to the parent."""
