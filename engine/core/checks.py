@@ -37,3 +37,18 @@ def check_choice(name: str, value: Any, choices: Iterable[Any]) -> Any:
     if value not in choices:
         raise ValueError(f"{name} should be one of {', '.join(repr(c) for c in choices)}, but got {name}={value!r}")
     return value
+
+
+def keyword_or_spec(name: str, value: Any, spec: Any, default: Any = None) -> tuple[Any, str]:
+    """``(setting, where it came from)`` for a setting a module takes as a keyword or from
+    ``spec.preprocessing_config[name]``: the one given, else ``default``. Given in both places with different
+    values, it is refused naming both, so no setting is silently overridden."""
+    config = getattr(spec, "preprocessing_config", None) or {}
+    if name not in config:
+        return (default, "the default") if value is None else (value, f"{name}= was given")
+    if value is not None and value != config[name]:
+        raise ValueError(
+            f"{name}={value!r} contradicts spec.preprocessing_config[{name!r}]={config[name]!r}; set it in one place: "
+            f"drop {name}= to use the spec's, or give the spec {name}={value!r} "
+            f"(spec.replace(preprocessing_config={{..., {name!r}: {value!r}}}))")
+    return config[name], f"spec.preprocessing_config[{name!r}]"

@@ -11,7 +11,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from engine.core.distributed import check_trainer_keeps_our_samplers, resolve_world
 from engine.datamodule import options
 from engine.datamodule.checkpointing import CheckpointedModule
-from engine.datamodule.collator import module_collator
+from engine.datamodule.collator import check_collator_kwargs, module_collator
 from engine.datamodule.given import log_long_rows, prepare_inputs, prepare_tokens, take_inputs
 from engine.loading.factory import DataLoaderFactory, check_transforms_can_start, check_workers_can_start
 from engine.loading.state import TrainPosition
@@ -110,6 +110,7 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
             self.seed, self.task_spec, self.children = seed, None, self.named.children
             return
         self.children: dict[str, UniversalDataModule] = {}
+        check_collator_kwargs(task_spec, collator_kwargs)
         self._given, self._stream = take_inputs(
             train_data, val_data=val_data, test_data=test_data, predict_data=predict_data, task_spec=task_spec,
             tokenizer=tokenizer, val_split=val_split, test_split=test_split, shuffle=shuffle, seed=seed, uneven=uneven,

@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any
 
 from collators.packed import PACKED_TASK_TYPES
-from engine.core.checks import check_int
+from engine.core.checks import check_int, keyword_or_spec
 
 BATCHING_MODES = ("plain", "grouped", "token_budget", "packed")
 BUDGET_MODES = ("token_budget", "packed")
@@ -16,30 +16,27 @@ BUDGET_MODES = ("token_budget", "packed")
 
 def resolve_batching(spec: Any, batching: str | None, max_tokens: int | None,
                      shuffle: bool = True) -> tuple[str, int | None, str]:
-    """``(batching, max_tokens, reason)``: the arguments, else ``spec.preprocessing_config``, else 'plain'."""
-    config = dict(getattr(spec, "preprocessing_config", None) or {})
-    if batching is not None:
-        reason = "batching= was given"
-    elif "batching" in config:
-        batching, reason = config["batching"], "spec.preprocessing_config['batching']"
-    else:
-        batching, reason = "plain", "the default"
+    """``(batching, max_tokens, reason)``: each from its keyword or ``spec.preprocessing_config`` (refused when the
+    two disagree), else 'plain'."""
+    batching, reason = keyword_or_spec("batching", batching, spec, default="plain")
     if batching not in BATCHING_MODES:
         raise ValueError(f"batching should be one of {BATCHING_MODES}, but got batching={batching!r} ({reason})")
     if batching != "plain" and not shuffle:
         raise ValueError(f"batching={batching!r} ({reason}) shuffles batches every epoch, but shuffle=False; pass "
                          f"shuffle=True, or batching='plain' for a fixed order")
     if batching not in BUDGET_MODES:
-        if max_tokens is not None:
+        max_tokens, source = keyword_or_spec("max_tokens", max_tokens, spec)
+        if max_tokens is not None:  # a budget no batch would follow
             raise ValueError(f"max_tokens={max_tokens!r} applies only to batching='token_budget' or 'packed', but "
-                             f"batching={batching!r}; drop max_tokens or pass batching='token_budget' or 'packed'")
+                             f"batching={batching!r} ({reason}); drop max_tokens ({source}) or pass "
+                             f"batching='token_budget' or 'packed'")
         return batching, None, reason
     task_type = getattr(spec, "task_type", None)
     if batching == "packed" and spec is not None and task_type not in PACKED_TASK_TYPES:
         raise ValueError(f"batching='packed' ({reason}) concatenates documents for language modelling "
                          f"({', '.join(PACKED_TASK_TYPES)}), but the spec's task_type={task_type!r}; use batching="
                          f"'plain', 'grouped' or 'token_budget' for {task_type}")
-    max_tokens = max_tokens if max_tokens is not None else config.get("max_tokens")
+    max_tokens, _ = keyword_or_spec("max_tokens", max_tokens, spec)
     if max_tokens is None:
         raise ValueError(f"batching={batching!r} needs max_tokens=... (or spec.preprocessing_config['max_tokens'])")
     return batching, check_int("max_tokens", max_tokens, minimum=1), reason

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.core.checks import check_choice, check_int
+from engine.core.checks import check_choice, check_int, keyword_or_spec
 from engine.sources.adapt import HFSource, MapSource, TensorListSource
 from engine.sources.lengths import lengths_of
 
@@ -36,11 +36,10 @@ class LongRows:
 
     @classmethod
     def resolve(cls, policy: str | None, stride: int | None, spec: Any, max_length: int | None) -> LongRows:
-        """The arguments, else ``spec.preprocessing_config['long_rows' / 'stride']``, else 'truncate' and 0;
-        checked now, so a mistake is reported at construction."""
-        config = dict(getattr(spec, "preprocessing_config", None) or {})
-        policy = policy if policy is not None else config.get("long_rows", "truncate")
-        stride = stride if stride is not None else config.get("stride", 0)
+        """Each from its keyword or ``spec.preprocessing_config['long_rows' / 'stride']`` (refused when the two
+        disagree), else 'truncate' and 0; checked now, so a mistake is reported at construction."""
+        policy, _ = keyword_or_spec("long_rows", policy, spec, default="truncate")
+        stride, _ = keyword_or_spec("stride", stride, spec, default=0)
         check_choice("long_rows", policy, POLICIES)
         stride = check_int("stride", stride, minimum=0)
         if stride and policy != "split":

@@ -218,7 +218,15 @@ class TestResolve:
         assert resolve_batching(spec, "grouped", None) == ("grouped", None, "batching= was given")
         budget = spec.replace(preprocessing_config={"batching": "token_budget", "max_tokens": 4096})
         assert resolve_batching(budget, None, None) == ("token_budget", 4096, "spec.preprocessing_config['batching']")
-        assert resolve_batching(budget, "grouped", None)[:2] == ("grouped", None)
+        assert resolve_batching(budget, "token_budget", 4096)[:2] == ("token_budget", 4096)  # both agree
+        with pytest.raises(ValueError, match=r"batching='grouped' contradicts spec.preprocessing_config\['batching'\]="
+                                             r"'token_budget'; set it in one place"):
+            resolve_batching(budget, "grouped", None)
+        with pytest.raises(ValueError, match=r"max_tokens=512 contradicts spec.preprocessing_config\['max_tokens'\]"):
+            resolve_batching(budget, None, 512)
+        budget_only = spec.replace(preprocessing_config={"max_tokens": 4096})
+        with pytest.raises(ValueError, match=r"max_tokens=4096 applies only to .*\(spec.preprocessing_config"):
+            resolve_batching(budget_only, None, None)  # a budget no batch would follow
 
     def test_bad_mode_and_missing_budget(self):
         with pytest.raises(ValueError, match="batching should be one of"):

@@ -12,7 +12,7 @@ from demo.sample_data import build_tokenizer
 from engine import UniversalDataModule
 from engine.sources.adapt import HFSource, TensorListSource
 from engine.sources.long_rows import LongRows, TokenWindows, apply_long_rows, special_frame, windows
-from task_spec import TaskSpec
+from task_spec import REMOVE, TaskSpec
 
 SPEC = TaskSpec.lm_tiny().replace(additional_config={"max_seq_len": 16})
 TEXTS = [" ".join(f"word{i}x{j}" for j in range(i % 9 + 1)) for i in range(40)]  # 1..9 words, some long
@@ -145,8 +145,12 @@ class TestModule:
         spec = TaskSpec.lm_tiny().replace(additional_config={"max_seq_len": 10},
                                           preprocessing_config={"long_rows": "drop"})
         dm = UniversalDataModule(documents(), task_spec=spec, batch_size=4)
-        truncating = UniversalDataModule(documents(), task_spec=spec, long_rows="truncate", batch_size=4)
+        truncating = UniversalDataModule(documents(), task_spec=spec.replace(preprocessing_config=REMOVE),
+                                         batch_size=4)
         assert dm.long_rows == LongRows("drop", 10, 0)
+        with pytest.raises(ValueError, match=r"long_rows='truncate' contradicts spec.preprocessing_config"
+                                             r"\['long_rows'\]='drop'; set it in one place"):
+            UniversalDataModule(documents(), task_spec=spec, long_rows="truncate", batch_size=4)
         dm.setup()
         assert len(dm.datasets["train"]) == sum(len(d) <= 10 for d in documents())
         assert "long_rows='drop' left them out" in repr(dm)
@@ -169,13 +173,14 @@ class TestArguments:
         ({"stride": 2}, ValueError, r"stride=2 is the overlap of the windows of long_rows='split'"),
         ({"long_rows": "split", "stride": -1}, ValueError, r"stride should be a non-negative integer, but got"),
         ({"long_rows": "split", "stride": 16}, ValueError, r"stride should be smaller than max_length=16"),
-        ({"long_rows": "split", "collator_kwargs": {"max_length": None}}, ValueError, r"but max_length is None"),
+        ({"long_rows": "split", "task_spec": TaskSpec.lm_tiny().replace(additional_config={"max_seq_len": REMOVE})},
+         ValueError, r"but max_length is None"),
         ({"num_proc": 0}, ValueError, r"num_proc should be a positive integer, but got num_proc=0"),
         ({"cache_dir": 3}, TypeError, r"cache_dir should be a folder path"),
     ])
     def test_bad_arguments_are_refused_at_construction(self, options, error, match):
         with pytest.raises(error, match=match):
-            UniversalDataModule(documents(), task_spec=SPEC, **options)
+            UniversalDataModule(documents(), **{"task_spec": SPEC, **options})
 
     def test_split_needs_columns_not_a_torch_dataset_or_a_stream(self):
         with pytest.raises(TypeError, match=r"long_rows='split' needs token data in columns .* but train_data is a "

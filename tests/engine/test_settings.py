@@ -1,0 +1,60 @@
+"""One home per setting: a setting given in two places that disagree is refused naming both, at construction."""
+
+import pytest
+import torch
+
+from engine import UniversalDataModule
+from engine.core.checks import keyword_or_spec
+from task_spec import REMOVE, TaskSpec
+
+ROWS = [torch.arange(3, 3 + n) for n in range(4, 24)]
+
+
+class TestKeywordOrSpec:
+    def test_the_one_given_else_the_default(self):
+        spec = TaskSpec.lm_tiny().replace(preprocessing_config={"batching": "grouped"})
+        assert keyword_or_spec("batching", None, spec, "plain") == ("grouped", "spec.preprocessing_config['batching']")
+        assert keyword_or_spec("batching", "grouped", spec, "plain")[0] == "grouped"  # both, agreeing
+        assert keyword_or_spec("batching", "packed", None, "plain") == ("packed", "batching= was given")
+        assert keyword_or_spec("batching", None, TaskSpec.lm_tiny(), "plain") == ("plain", "the default")
+
+    def test_two_places_that_disagree_are_refused_naming_both(self):
+        spec = TaskSpec.lm_tiny().replace(preprocessing_config={"stride": 4})
+        with pytest.raises(ValueError, match=r"stride=2 contradicts spec.preprocessing_config\['stride'\]=4; set it in "
+                                             r"one place: drop stride= to use the spec's"):
+            keyword_or_spec("stride", 2, spec)
+
+
+class TestCollatorKwargs:
+    @pytest.mark.parametrize(("spec", "kwargs", "match"), [
+        (TaskSpec.lm_tiny(), {"max_length": 64},
+         r"collator_kwargs\['max_length'\]=64 contradicts spec.max_seq_len=128; the spec describes the task"),
+        (TaskSpec.lm_tiny(), {"pad_token_id": 7}, r"contradicts spec.special_tokens\['pad_token_id'\]=50256"),
+        (TaskSpec.cls_tiny(), {"num_classes": 5}, r"collator_kwargs\['num_classes'\]=5 contradicts spec.num_classes=2"),
+        (TaskSpec.cls_tiny(), {"target_field": "label"}, r"contradicts spec.target_field='labels'"),
+        (TaskSpec.lm_tiny(), {"task_type": "masked_lm"}, r"contradicts spec.task_type='causal_lm'"),
+        (TaskSpec.lm_tiny(), {"seed": 3}, r"collator_kwargs\['seed'\]=3 is set by the data module; use the module's "
+                                          r"seed="),
+        (TaskSpec.vision_tiny(), {"keep_uint8": True}, r"is set by the data module; use device_normalize=True"),
+        (TaskSpec.vision_tiny().replace(preprocessing_config={"normalization": "imagenet"}), {"mean": (0.5,)},
+         r"collator_kwargs\['mean'\]=\(0.5,\) contradicts spec.preprocessing_config\['normalization'\]='imagenet'"),
+    ])
+    def test_a_contradiction_with_the_spec_or_the_module_is_refused(self, spec, kwargs, match):
+        with pytest.raises(ValueError, match=match):
+            UniversalDataModule(ROWS, task_spec=spec, collator_kwargs=kwargs)
+
+    def test_options_the_spec_leaves_open_or_agrees_with_are_taken(self):
+        dm = UniversalDataModule(ROWS, task_spec=TaskSpec.lm_tiny(),
+                                 collator_kwargs={"max_length": 128, "pad_to_multiple_of": 8})
+        assert dm.collator.max_length == 128 and dm.collator.pad_to_multiple_of == 8
+        open_spec = TaskSpec.lm_tiny().replace(additional_config={"max_seq_len": REMOVE})
+        dm = UniversalDataModule(ROWS, task_spec=open_spec, collator_kwargs={"max_length": 16})
+        assert dm.collator.max_length == 16
+
+
+class TestBatchingAndLongRows:
+    def test_keyword_and_spec_disagreeing_are_refused(self):
+        spec = TaskSpec.lm_tiny().replace(preprocessing_config={"batching": "token_budget", "max_tokens": 256})
+        with pytest.raises(ValueError, match=r"batching='grouped' contradicts spec.preprocessing_config\['batching'\]"):
+            UniversalDataModule(ROWS, task_spec=spec, batching="grouped")
+        assert UniversalDataModule(ROWS, task_spec=spec, batching="token_budget").max_tokens == 256
