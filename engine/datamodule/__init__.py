@@ -1,2 +1,2 @@
-"""Stage 6: ``UniversalDataModule``, which wires the stages together, with its arguments (``options``), its inputs
-(``given``), its collator (``collator``) and its checkpoints (``checkpointing``)."""
+"""Stage 5 of a batch's path: ``UniversalDataModule``, which wires the stages together, with its arguments
+(``options``), its inputs (``given``), its collator (``collator``) and its checkpoints (``checkpointing``)."""

@@ -1,4 +1,5 @@
-"""Stage 1 of a batch's path: the user's data adapted to one map-style interface with batched fetch.
+"""Stage 1 of a batch's path: the user's data adapted to one map-style interface with batched fetch, its seeded
+splits (``splits``), and the fetch of each batch, as rows or as columns (:mod:`collators.columns`).
 
 ``rows`` is that interface (``MapSource``, ``RowBatch``), and ``adapt`` wraps HF datasets, torch datasets and lists
 of tensors behind it; ``files`` reads paths to files and folders with ``datasets``; ``inputs`` checks them against
