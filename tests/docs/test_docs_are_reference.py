@@ -3,18 +3,26 @@ never its history, and measured figures live in benchmarks/results/, regenerated
 
 A page fails if it speaks of sessions, of the project's issue or stop numbers, or of numbered seeds of the original
 brief (none of which the repository holds). External trackers are cited by link (``[datasets #6673](https://...)``).
+The library's docstrings and comments give the method or the reason, never a timing in microseconds.
 """
 
 from __future__ import annotations
 
+import ast
+import io
 import re
+import tokenize
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+LIBRARY_FILES = sorted(path for package in ("task_spec", "collators", "engine")
+                       for path in (ROOT / package).rglob("*.py"))
 HISTORY = re.compile(r"session|\bissue \d|\bstop \d|\bseed 0\d\d\b", re.IGNORECASE)
+MICROSECONDS = re.compile(r"\b\d+(\.\d+)?\s*(us|µs|μs)\b")
 
 
 def history_lines(text: str) -> list[str]:
@@ -36,3 +44,32 @@ def test_the_history_pattern_catches_what_it_should_and_only_that():
             "seed 0 gives the same batches; the loop stops 2 steps early.\n")
     assert history_lines(text) == ["line 1: The latest session measured it.", "line 2: As issue 12 asks.",
                                    "line 3: Fixed in stop 3.", "line 4: as in seed 003"]
+
+
+def docstrings_and_comments(source: str) -> Iterator[tuple[int, str]]:
+    """``(line, text)`` of every docstring (modules, classes, functions, attributes) and comment in ``source``."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            yield node.lineno, node.value.value
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            yield token.start[0], token.string
+
+
+def timings_in(source: str) -> list[str]:
+    """``"line N: figure"`` for each microsecond figure in ``source``'s docstrings and comments."""
+    return [f"line {line}: {match.group(0)}" for line, text in docstrings_and_comments(source)
+            for match in MICROSECONDS.finditer(text)]
+
+
+@pytest.mark.parametrize("path", LIBRARY_FILES, ids=lambda path: str(path.relative_to(ROOT)))
+def test_library_docstrings_give_no_timings(path):
+    found = timings_in(path.read_text(encoding="utf-8"))
+    assert not found, (f"{path.relative_to(ROOT)} should give the method or the reason, leaving timings to "
+                       f"benchmarks/results, but its docstrings or comments say:\n" + "\n".join(found))
+
+
+def test_the_timing_pattern_reads_docstrings_and_comments_only():
+    source = ('"""Pads in one pass (48 us per batch)."""\n\n\nLIMIT = 4  # 2.5 µs a row\n"""Rows kept: 3 us."""\n\n\n'
+              'def f():\n    """No figure: one gather per column."""\n    return "12 us"  # thus\n')
+    assert timings_in(source) == ["line 1: 48 us", "line 5: 3 us", "line 4: 2.5 µs"]
