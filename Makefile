@@ -25,8 +25,9 @@ install-dev: $(VENV)/.installed-dev
 demo: install
 	$(PY) -m demo
 
+# Every benchmark; the table goes to benchmarks/results/full.md (QUICK=1: smaller runs, to quick.md).
 bench: install
-	$(PY) -m benchmarks
+	$(PY) -m benchmarks $(if $(QUICK),--quick)
 
 lint: install-dev
 	$(PY) -m ruff check .

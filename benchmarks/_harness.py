@@ -1,4 +1,4 @@
-"""Shared pieces of the benchmarks: timing (min over repeats), result rows, output checks, the machine, the table.
+"""Shared pieces of the benchmarks: timing (min over repeats), result rows, output checks, the machine, the tables.
 
 Timings on a shared machine are noisy in one direction only (other work makes a run slower, never faster), so
 every figure is the best of several repeats, and anchor and ours are timed in the same process on the same data.
@@ -11,13 +11,20 @@ import math
 import os
 import platform
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 COLUMNS = ("benchmark", "case", "anchor", "anchor_ms", "ours_ms", "ratio", "throughput", "target", "met", "note")
+HEADERS = {"anchor_ms": "anchor ms", "ours_ms": "ours ms"}
+RIGHT_ALIGNED = frozenset({"anchor_ms", "ours_ms", "ratio"})
+PERFORMANCE_DOC = Path(__file__).resolve().parents[1] / "docs" / "performance.md"
+"""The page that says what each benchmark measures and how; the results files link to it."""
+LEGEND = ("ratio = anchor ms / ours ms (> 1: ours is faster); ms are the best of several repeats, single thread "
+          "unless the case says workers")
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 """Ids 0..4 of the benchmark tokenizer: pad 0, unk 1, cls 2, sep 3, mask 4 (BERT-like, words from id 5)."""
 
@@ -119,16 +126,63 @@ def _cell(column: str, value: Any) -> str:
 
 def format_table(rows: list[dict[str, Any]]) -> str:
     """A plain-text table, columns aligned; the free-text note goes last, unpadded."""
-    headers = {"anchor_ms": "anchor ms", "ours_ms": "ours ms"}
     cells = [[_cell(column, row.get(column)) for column in COLUMNS] for row in rows]
-    titles = [headers.get(column, column) for column in COLUMNS]
+    titles = [HEADERS.get(column, column) for column in COLUMNS]
     widths = [max(len(title), *(len(line[i]) for line in cells)) for i, title in enumerate(titles)]
-    right = {"anchor_ms", "ours_ms", "ratio"}
 
     def line(values: list[str]) -> str:
-        padded = [value.rjust(width) if column in right else value.ljust(width)
+        padded = [value.rjust(width) if column in RIGHT_ALIGNED else value.ljust(width)
                   for column, value, width in zip(COLUMNS[:-1], values[:-1], widths[:-1])]
         return " | ".join([*padded, values[-1]]).rstrip()
 
     rule = "-+-".join("-" * width for width in widths[:-1]) + "-+-" + "-" * len(titles[-1])
     return "\n".join([line(titles), rule, *(line(values) for values in cells)])
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    """The same table in Markdown: one row per result, ``|`` in a cell escaped, the figures right-aligned."""
+    def line(values: Iterable[str]) -> str:
+        return "| " + " | ".join(value.replace("|", "\\|") for value in values) + " |"
+
+    rule = "|" + "|".join("---:" if column in RIGHT_ALIGNED else "---" for column in COLUMNS) + "|"
+    body = (line(_cell(column, row.get(column)) for column in COLUMNS) for row in rows)
+    return "\n".join([line(HEADERS.get(column, column) for column in COLUMNS), rule, *body])
+
+
+def write_results(path: Path, rows: list[dict[str, Any]], *, mode: str, command: str, machine_lines: Sequence[str],
+                  date: str, seconds: float, failed: Sequence[str] = ()) -> Path:
+    """Write the run's table to ``path`` as Markdown, headed by the machine, the command and the date.
+
+    Args:
+        path: the file to write (its folder is created); an existing file is replaced.
+        rows: the result rows (see :func:`result`), in the order they were measured.
+        mode: ``"full"`` or ``"quick"``, for the title.
+        command: the command line that produced them, to regenerate the file.
+        machine_lines: what :func:`machine` returned at the start of the run.
+        date: when the run started (e.g. ``2025-01-31 14:05 UTC``).
+        seconds: the run's wall time.
+        failed: the benchmarks that raised (their rows are missing from the table).
+
+    Returns:
+        ``path``.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    method = Path(os.path.relpath(PERFORMANCE_DOC, path.parent.resolve())).as_posix()
+    lines = [
+        f"# Benchmark results: {mode} run",
+        "",
+        f"Written by `{command}`; regenerate it with the same command rather than editing it. What each benchmark "
+        f"measures, and how, is in [docs/performance.md]({method}).",
+        "",
+        f"- date: {date}",
+        *(f"- {fact}" for fact in machine_lines),
+        f"- wall time: {seconds:.0f} s",
+        *([f"- **failed** (rows missing): {', '.join(failed)}"] if failed else []),
+        "",
+        LEGEND + ".",
+        "",
+        markdown_table(rows),
+        "",
+    ]
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path

@@ -5,10 +5,10 @@ A batch of token rows padded with numpy takes a dozen calls (a gather, a padding
 for the labels, a cast for the attention mask), each a C entry point of its own. In a training loop the code
 runs cold after each step (on a shared machine time alone evicts it), and each cold call then costs several
 microseconds before it touches the data.
-With these loops the median ``next()`` of a ``num_workers=0`` loader right after a matmul step fell from 0.44 to
-0.35 ms for 64 token rows (A/B in docs/performance.md). Each function is compiled on its first call for the
-dtypes it meets (about 0.4 s), cached on disk (``cache=True``), and releases the GIL while it runs (``nogil``),
-so the thread loader's work overlaps the step.
+With these loops a batch is one cold entry instead of a dozen (``benchmarks/bench_loader_stages.py`` times the
+loader right after a step). Each function is compiled on its first call for the dtypes it meets (about 0.4 s),
+cached on disk (``cache=True``), and releases the GIL while it runs (``nogil``), so the thread loader's work
+overlaps the step.
 
 Row ``r`` keeps ``kept[r]`` elements, at the start of the row (right padding) or at its end (``left``); every
 other position holds the pad value; ``kept <= width`` (the padding layout's kept lengths).
@@ -53,7 +53,7 @@ def pad_spans(values: np.ndarray, starts: np.ndarray, kept: np.ndarray, left: bo
     kept), so a vocabulary check needs no pass of its own; or ``(r, _, _)`` for the first row whose span leaves
     ``values``, and then nothing is written. The rows of a shuffled batch lie far apart in a large buffer, each a
     cache and TLB miss: a first pass reads both ends of every row, so those misses are in flight together rather
-    than one at a time behind each row's copy (20% less time per batch on random rows of a 28 MB buffer).
+    than one at a time behind each row's copy.
     """
     rows, width = out.shape
     low, high = np.int64(INT64_MAX), np.int64(INT64_MIN)
@@ -81,9 +81,9 @@ def pad_spans(values: np.ndarray, starts: np.ndarray, kept: np.ndarray, left: bo
 
 @compiled
 def _write_row(row: np.ndarray, at: int, kept_values: np.ndarray, pad_value: int) -> None:
-    """``row`` = ``kept_values`` from position ``at``, ``pad_value`` elsewhere. Three slice writes: with them and
-    the range in a loop of its own, :func:`pad_spans` took 45% less time per batch than one loop writing and
-    tracking the range element by element (48 against 86 us, median, 64 rows of up to 512 tokens)."""
+    """``row`` = ``kept_values`` from position ``at``, ``pad_value`` elsewhere: three slice writes, which numba
+    turns into memset- and memcpy-like loops, rather than one loop that writes and tracks the kept range element by
+    element (:func:`pad_spans` finds the range in a loop of its own)."""
     end = at + len(kept_values)
     row[:at] = pad_value
     row[at:end] = kept_values

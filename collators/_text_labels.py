@@ -52,8 +52,8 @@ def output_slots(keys: list[str], layout: PaddingLayout) -> Slots:
     """One ``[batch, length]`` int64 view per key, all of one buffer.
 
     One allocation per batch, and a worker process hands the batch to the main process as one shared-memory
-    segment instead of one per key (each costs a file-descriptor round trip between the processes, about 1 ms
-    on a busy 2-core machine). The views do not overlap: writing one never changes another.
+    segment instead of one per key (each costs a file-descriptor round trip between the processes, which waits
+    for the worker to be scheduled). The views do not overlap: writing one never changes another.
     """
     keys = list(dict.fromkeys(keys))
     buffer = np.empty((len(keys), len(layout.lengths), layout.length), dtype=np.int64)

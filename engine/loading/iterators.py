@@ -3,15 +3,15 @@ torch's per-batch profiler range while no profiler runs.
 
 torch's ``DataLoader`` wraps every ``next()`` in ``record_function("enumerate(DataLoader)#...")``. With no
 profiler running the range records nothing, yet entering and leaving it dispatches two profiler ops, and on the
-training loop's path, with cold caches after a step, that measured about 60 us per batch here: a quarter of what the
-whole ``num_workers=0`` loader costs for 64 token rows (``benchmarks/bench_loader_stages.py``). torch's own
+training loop's path, with cold caches after a step, those are two cold calls per batch beside the loader's own
+work (``benchmarks/bench_loader_stages.py`` times the whole loader). torch's own
 ``IterDataPipe`` skips its range the same way, by asking ``torch.autograd._profiler_enabled()`` first. While a
 profiler runs (``torch.profiler.profile``, Lightning's ``PyTorchProfiler``), ``next()`` is torch's, range included.
 
 With worker processes, torchdata also snapshots the sampler's state in this process for every batch it sends
 (``snapshot_every_n_steps=1``). It asks ``isinstance(obj, Stateful)`` of the sampler and of its iterator, and on
-Python 3.11 a check against a runtime-checkable protocol walks the protocol's attributes twice per call: about
-20 us per batch. The same test is made here by looking the two methods up.
+Python 3.11 a check against a runtime-checkable protocol walks the protocol's attributes twice per call, for every
+batch. The same test is made here by looking the two methods up.
 """
 
 from __future__ import annotations

@@ -208,7 +208,7 @@ class DataMonitorCallback(lightning.Callback):
 
     Args:
         log_every_n_steps: Log every this many training batches.
-        memory_every: Sample memory every this many batches (psutil calls cost ~0.1 ms).
+        memory_every: Sample memory every this many batches (each sample is a few psutil system calls).
         prefix: Prefix of the logged names.
     """
 
