@@ -11,11 +11,11 @@ torchdata's ``DataLoader`` iteration and our wrappers). The floor is a copy of t
 memcpy). The stages run back to back, with warm caches; a training step evicts them, so the loader is also timed the
 way a loop meets it: the median ``next()`` after a step of single-thread matmuls (about 3 ms), with cold caches. On
 a shared machine much of that penalty is the machine's: the last rows time a fixed workload that is not ours back to
-back and after the same step (on this 2-core VM, even 3 ms of a spin loop that touches nothing slows the next piece
-of work, ours or not, by 1.3-2x).
+back and after the same step (on a shared machine, a spin loop that touches nothing is slowed after a step too, so
+those rows tell the machine's share from ours).
 
-Where a stage has a "before", the anchor column holds it: the row path these batches took before the columns
-path (per-row views of the buffer, or ``datasets``' row dicts, then the collator on rows), on the same rows and
+Where a stage has a row path, the anchor column holds it: the path these batches take as rows instead of columns
+(per-row views of the buffer, or ``datasets``' row dicts, then the collator on rows), on the same rows and
 with the same result (checked). For images, collation is compared with the usual recipe: torchvision v2 transforms
 per image (``ToDtype`` + ``Normalize``) then ``default_collate``, equal bit for bit (checked).
 

@@ -20,7 +20,7 @@ running than a step over batches in memory (its wall time less its thread's CPU 
 thread runs Python); how much more CPU the step itself takes; and the loader thread's CPU per batch while the
 steps run beside it.
 
-Cases (the issue's setup first): 20,000 token rows as ``List[Tensor]`` (lengths 32..512, ``TaskSpec.lm_tiny()``);
+Cases (the reference setup first): 20,000 token rows as ``List[Tensor]`` (lengths 32..512, ``TaskSpec.lm_tiny()``);
 a tokenized HF Arrow dataset (lengths 16..256, a causal-LM spec); uint8 images (3x32x32, ``vision_tiny``). Ours
 runs with ``num_workers`` 0, 1 and 2 and with ``num_threads=1``; the anchors are a plain ``torch`` ``DataLoader``
 with ``DataCollatorWithPadding`` (text) or per-image torchvision transforms + ``default_collate`` (images), with 0
