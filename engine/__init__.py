@@ -3,12 +3,12 @@
 from collators import CollatorRegistry
 from engine.core.rng import derive_seed
 from engine.datamodule.protocol import DataModuleProtocol
-from engine.datamodule.universal import MultiDataModule, UniversalDataModule
+from engine.datamodule.universal import UniversalDataModule
 from engine.loading.config import DataLoaderConfig
 from engine.loading.factory import DataLoaderFactory
 from engine.multi.config import EpochLengthPolicy, MultiDataLoaderConfig, SamplingStrategy
 from engine.multi.loader import MultiDataLoader
-from engine.multi.module import build_multi_loader
+from engine.multi.module import MultiDataModule, build_multi_loader
 from engine.sampling.epochs import set_epoch
 from engine.sampling.eval import ShardedEvalBatchSampler
 from engine.sampling.length import LengthGroupedBatchSampler, TokenBudgetBatchSampler

@@ -10,8 +10,13 @@ import torch
 
 from engine.datamodule import options
 from engine.loading.state import SKIPPED_ROWS, check_compatible, check_structure, module_identity
-from engine.multi.module import defer_to_named
 from engine.sources.streams import check_resumable
+
+
+def read_configuration(checkpoint_path: Any, map_location: Any = None) -> dict[str, Any]:
+    """The data module's configuration stored in a Lightning checkpoint (``datamodule_hyper_parameters``)."""
+    checkpoint = torch.load(checkpoint_path, map_location=map_location or "cpu", weights_only=True)
+    return checkpoint["datamodule_hyper_parameters"]
 
 
 class CheckpointedModule:
@@ -21,10 +26,12 @@ class CheckpointedModule:
     def load_from_checkpoint(cls, checkpoint_path: Any, map_location: Any = None, **data: Any) -> Any:
         """A module configured as the one in a Lightning checkpoint; pass the data (and tokenizer) again, e.g.
         ``UniversalDataModule.load_from_checkpoint(path, train_data=rows, tokenizer=tok)``."""
-        checkpoint = torch.load(checkpoint_path, map_location=map_location or "cpu", weights_only=True)
-        return cls(**options.restore_configuration(checkpoint["datamodule_hyper_parameters"], data))
+        arguments = options.restore_configuration(read_configuration(checkpoint_path, map_location), data)
+        if arguments.pop("multi_config", None) is not None:  # a module over several named datasets
+            raise ValueError(f"the checkpoint at {checkpoint_path} holds a module over several named datasets; load "
+                             f"it with MultiDataModule.load_from_checkpoint(...)")
+        return cls(**arguments)
 
-    @defer_to_named
     def identity(self) -> dict[str, Any]:
         """What a saved state must match to be loaded here: version, seed, fingerprints, ranks and workers."""
         self.setup()
@@ -32,13 +39,11 @@ class CheckpointedModule:
         return module_identity(seed=self.seed, data_fingerprint=self._fingerprint, split_plan=self.split_plan,
                                world_size=self.world_size, config=config, uneven=self.uneven, **batching)
 
-    @defer_to_named
     def state_dict(self) -> dict[str, Any]:
         """The identity (seed, fingerprints, options) and the train loader's position; microseconds to save."""
         skipped = {} if self.skipped.on_error == "raise" else {SKIPPED_ROWS: self.skipped.state()}
         return {**self.identity(), **self._position.save(), **skipped}
 
-    @defer_to_named
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Continue from ``state_dict``: the next training batch is the one after the last saved one.
 

@@ -28,7 +28,7 @@ ROLES = ("train", "val", "test", "predict")
 
 def take_inputs(train_data: Any, *, val_data: Any, test_data: Any, predict_data: Any, task_spec: Any,
                 tokenizer: Any, val_split: float | int, test_split: float | int, shuffle: bool | None, seed: int,
-                uneven: str, multi_config: Any = None) -> tuple[dict[str, MapSource], Any]:
+                uneven: str) -> tuple[dict[str, MapSource], Any]:
     """``(sources by role, stream or None)``: the data adapted and checked; a stream's train entry is a peek.
 
     A ``DatasetDict`` is unpacked into its splits; a ``datasets.IterableDataset`` is kept aside as the stream
@@ -36,9 +36,6 @@ def take_inputs(train_data: Any, *, val_data: Any, test_data: Any, predict_data:
     """
     if task_spec is not None and not isinstance(task_spec, TaskSpec):
         raise TypeError(f"task_spec should be a TaskSpec, but got {type(task_spec).__name__}: {task_spec!r}")
-    if multi_config is not None:
-        raise ValueError("multi_config applies to several named datasets (train_data={name: data}), but "
-                         "train_data is a single dataset; drop multi_config")
     if is_hf_dataset_dict(train_data):
         train_data, val_data, test_data = unpack_dataset_dict(train_data, val_data, test_data)
     check_data_arguments(has_train=train_data is not None, has_predict=predict_data is not None,

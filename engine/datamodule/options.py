@@ -125,10 +125,8 @@ def record_configuration(module: Any, configuration: Mapping[str, Any]) -> None:
 
 
 def restore_configuration(configuration: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
-    """The module's arguments back from :func:`checkpoint_configuration`, specs and multi_config rebuilt, updated
-    with the ``given`` ones (the data, the tokenizer); an argument that was not checkpointed must be given."""
-    from engine.multi.config import MultiDataLoaderConfig  # only when loading a checkpoint
-
+    """The module's arguments back from :func:`checkpoint_configuration`, specs rebuilt, updated with the ``given``
+    ones (the data, the tokenizer); an argument that was not checkpointed must be given."""
     arguments = dict(configuration)
     missing = [name for name in arguments.pop(NOT_PLAIN, []) if name not in given]
     if missing:
@@ -139,6 +137,4 @@ def restore_configuration(configuration: Mapping[str, Any], given: Mapping[str, 
         arguments["task_spec"] = TaskSpec(**spec)
     elif isinstance(spec, Mapping):  # several named datasets: {name: spec}
         arguments["task_spec"] = {name: TaskSpec(**fields) for name, fields in spec.items()}
-    if isinstance(arguments.get("multi_config"), Mapping):
-        arguments["multi_config"] = MultiDataLoaderConfig(**arguments["multi_config"])
     return {**arguments, **given}

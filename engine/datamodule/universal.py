@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import lightning
@@ -15,11 +15,10 @@ from engine.datamodule.collator import check_collator_kwargs, module_collator
 from engine.datamodule.given import log_long_rows, prepare_inputs, prepare_tokens, take_inputs
 from engine.loading.factory import DataLoaderFactory, check_transforms_can_start, check_workers_can_start
 from engine.loading.state import TrainPosition
-from engine.multi.config import MultiDataLoaderConfig
-from engine.multi.module import NamedDatasets, defer_to_named, is_named_datasets
 from engine.sampling.modes import resolve_batching
 from engine.sources.adapt import MapSource
 from engine.sources.bad_rows import SkipReport
+from engine.sources.kinds import is_named_datasets
 from engine.sources.long_rows import LongRows, check_sources
 from engine.sources.splits import SplitPlan
 from engine.sources.token_cache import TokenCache
@@ -42,8 +41,8 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
 
     Args:
         train_data: A ``datasets.Dataset`` or ``DatasetDict``, a ``datasets.IterableDataset`` (a stream), a map-style
-            torch ``Dataset``, or a list of tensors (one flat buffer). ``{name: data}`` trains on several named
-            datasets (:mod:`engine.multi.module`); ``task_spec`` and the other data may then be ``{name: ...}``.
+            torch ``Dataset``, a list of tensors (one flat buffer), a dict of columns, or paths to files. Several
+            named datasets, ``{name: data}``, are a :class:`engine.multi.module.MultiDataModule`.
         task_spec: What the task is; picks the collator through the registry. None uses the default collator.
         tokenizer: Tokenizer for raw text (tokenized once at setup) and for pad/mask ids.
         val_data, test_data, predict_data: Optional separate datasets of the same kinds.
@@ -70,7 +69,6 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
         train_transform, eval_transform: Per-row callables applied where rows are read (workers too), after any
             cache: training rows seeded by (seed, epoch, index), so augmentation is new every epoch; val/test/predict
             rows (also those cut by ``val_split``) seeded without the epoch. See docs/transforms.md.
-        multi_config: Several named datasets only: how their batches interleave (a MultiDataLoaderConfig).
         long_rows: Rows longer than the collator's ``max_length``: 'truncate' (keep the start), 'split' (windows
             overlapping by ``stride`` tokens) or 'drop'; counted in ``dm.long_rows_report``. None reads the spec's
             ``preprocessing_config['long_rows']`` (and ``'stride'``), else 'truncate'.
@@ -95,7 +93,7 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
         pin_memory: bool | None = None, persistent_workers: bool | None = None, prefetch_factor: int = 2,
         collate_fn: Callable[..., Any] | None = None, collator_name: str | None = None,
         collator_kwargs: dict[str, Any] | None = None, batching: str | None = None, max_tokens: int | None = None,
-        device_normalize: bool = False, validate: bool = False, multi_config: MultiDataLoaderConfig | None = None,
+        device_normalize: bool = False, validate: bool = False,
         on_error: str = "raise", max_skipped: int | float | None = None, num_threads: int = 0,
         train_transform: Callable[..., Any] | None = None, eval_transform: Callable[..., Any] | None = None,
         long_rows: str | None = None, stride: int | None = None, cache_dir: str | None = None,
@@ -103,18 +101,13 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
     ) -> None:
         super().__init__()
         options.record_configuration(self, options.checkpoint_configuration(locals(), NOT_CHECKPOINTED))
-        self.named: NamedDatasets | None = None
-        if is_named_datasets(train_data, task_spec):  # several datasets: a child module each, composed here
-            arguments = {key: value for key, value in locals().items() if key not in ("self", "__class__")}
-            self.named = NamedDatasets.build(self, UniversalDataModule, **arguments)
-            self.seed, self.task_spec, self.children = seed, None, self.named.children
-            return
-        self.children: dict[str, UniversalDataModule] = {}
+        if is_named_datasets(train_data, task_spec):
+            raise TypeError(f"train_data={{name: data}} holds several named datasets {sorted(train_data)}; use "
+                            f"MultiDataModule(train_data, ...) for a module per name, or pass one dataset")
         check_collator_kwargs(task_spec, collator_kwargs)
         self._given, self._stream = take_inputs(
             train_data, val_data=val_data, test_data=test_data, predict_data=predict_data, task_spec=task_spec,
-            tokenizer=tokenizer, val_split=val_split, test_split=test_split, shuffle=shuffle, seed=seed, uneven=uneven,
-            multi_config=multi_config)
+            tokenizer=tokenizer, val_split=val_split, test_split=test_split, shuffle=shuffle, seed=seed, uneven=uneven)
         self.skipped = SkipReport.checked(on_error, max_skipped, is_stream=self._stream is not None)  # rows left out
         self.task_spec, self.tokenizer, self.seed = task_spec, tokenizer, seed
         self.val_split, self.test_split, self.uneven, self.validate = val_split, test_split, uneven, validate
@@ -144,10 +137,8 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
 
     def prepare_data(self) -> None:
         """Tokenize raw text into the on-disk cache; Lightning runs this once per machine (local rank 0)."""
-        for module in self.children.values() if self.named is not None else [self]:
-            prepare_tokens(module._given, module.task_spec, module.tokenizer, module.token_cache)
+        prepare_tokens(self._given, self.task_spec, self.tokenizer, self.token_cache)
 
-    @defer_to_named
     def setup(self, stage: str | None = None) -> None:
         """Tokenize raw text and compute the splits, once; later calls (any stage) do nothing."""
         if self.datasets or not self._given:
@@ -171,13 +162,10 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
     @property
     def split_sizes(self) -> dict[str, int | None]:
         """Rows per split after setup (0 for a split that is absent, None for a stream of unknown length)."""
-        if self.named is not None:
-            return self.named.split_sizes
         self.setup()
         return {role: (len(self.datasets[role]) if hasattr(self.datasets[role], "__len__") else None)
                 if role in self.datasets else 0 for role in ("train", "val", "test", "predict")}
 
-    @defer_to_named
     def train_dataloader(self) -> StatefulDataLoader:
         """The training loader; the same object on every call, so its sampler carries the epoch forward."""
         if self._position.loader is None:
@@ -193,22 +181,18 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
             key=self.task_spec.input_fields[0] if self.task_spec else None, rank=self.rank,
             num_replicas=self.world_size, uneven=self.uneven)
 
-    @defer_to_named
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Lightning hook, on the device: finish uint8 image batches (``device_normalize``); others unchanged."""
         return self.device_normalize(batch) if self.device_normalize is not None else batch
 
-    @defer_to_named
     def val_dataloader(self) -> StatefulDataLoader | list[Any]:
         """The validation loader in storage order; ``[]`` when there is no validation data (Lightning skips it)."""
         return self._eval_loader("val")
 
-    @defer_to_named
     def test_dataloader(self) -> StatefulDataLoader | list[Any]:
         """The test loader in storage order; ``[]`` when there is no test data."""
         return self._eval_loader("test")
 
-    @defer_to_named
     def predict_dataloader(self) -> StatefulDataLoader | list[Any]:
         """The prediction loader in storage order; ``[]`` when there is no prediction data."""
         return self._eval_loader("predict")
@@ -220,13 +204,11 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
         return self.skipped.attach(self._factory.eval_dataloader(self.datasets[role], self.eval_config, role=role,
                                                                  rank=self.rank, num_replicas=self.world_size))
 
-    @defer_to_named
     def __repr__(self) -> str:
         return render_text(self)
 
     __str__ = __repr__  # LightningDataModule's own __str__ lists loader sizes only
 
-    @defer_to_named
     def _repr_html_(self) -> str:
         """The notebook view: the report with its figures once set up (:meth:`report`), else the short table."""
         return build_report(self)._repr_html_() if self.datasets else render_html(self)
@@ -235,17 +217,4 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
         """What to check before training, read from the columns: split sizes, the collator and why, lengths and
         padding, truncation, labels and the first batch, with figures (runs ``setup()``); see
         :class:`engine.tools.report.DataReport`."""
-        if self.named is not None:
-            raise ValueError(f"report() describes one dataset, but this module holds several: "
-                             f"{sorted(self.children)}; call dm.children[name].report() for each")
         return build_report(self)
-
-
-class MultiDataModule(UniversalDataModule):
-    """``UniversalDataModule({name: data}, ...)``, refusing a single dataset."""
-
-    def __init__(self, train_data: Mapping[str, Any], **options: Any) -> None:
-        if not is_named_datasets(train_data):
-            raise TypeError(f"MultiDataModule takes train_data={{name: data}}, but got {type(train_data).__name__}; "
-                            f"use UniversalDataModule for a single dataset")
-        super().__init__(train_data, **options)

@@ -60,14 +60,16 @@ class MultiDataLoaderConfig:
     """An exhausted loader restarts on its next epoch; False drops it for the rest of the epoch."""
     burst_size: int = 1
     """Consecutive batches per turn (ROUND_ROBIN, ALTERNATING, WEIGHTED)."""
-    choice_rng_seed: int = 0
-    """Seed of the WEIGHTED order (with the epoch) and of each loader's restart epochs."""
+    choice_rng_seed: int | None = None
+    """Seed of the WEIGHTED order (with the epoch) and of each loader's restart epochs; None: 0 for a bare
+    MultiDataLoader, the module's seed in a MultiDataModule."""
 
     def __post_init__(self) -> None:
         self.sampling_strategy = _member(SamplingStrategy, self.sampling_strategy, "sampling_strategy")
         self.epoch_length_policy = _member(EpochLengthPolicy, self.epoch_length_policy, "epoch_length_policy")
-        for name in ("burst_size", "choice_rng_seed"):
-            check_int(name, getattr(self, name), minimum=1 if name == "burst_size" else 0)
+        check_int("burst_size", self.burst_size, minimum=1)
+        if self.choice_rng_seed is not None:
+            check_int("choice_rng_seed", self.choice_rng_seed, minimum=0)
         if not isinstance(self.cycle_short_loaders, bool):
             raise TypeError(f"cycle_short_loaders should be a bool, but got {self.cycle_short_loaders!r}")
         if self.dataloader_names is not None:

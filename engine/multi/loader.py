@@ -11,6 +11,7 @@ epoch, the position and each child's pass with its own ``state_dict``: a resumed
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -47,6 +48,8 @@ class MultiDataLoader:
         config = config if config is not None else MultiDataLoaderConfig()
         if not isinstance(config, MultiDataLoaderConfig):
             raise TypeError(f"config should be a MultiDataLoaderConfig, but got {type(config).__name__}")
+        if config.choice_rng_seed is None:  # a bare loader's schedule: seed 0
+            config = dataclasses.replace(config, choice_rng_seed=0)
         loaders = config.name_loaders(loaders)
         names = list(loaders)
         config.check_loaders(names)

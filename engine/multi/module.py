@@ -1,19 +1,18 @@
-"""Several named training datasets behind one data module, by composition.
-
-``UniversalDataModule({"lm": rows, "cls": labelled}, task_spec={"lm": ..., "cls": ...})`` builds one child module
-per name (own split, collator, and a seed derived from the name) and hands them to a :class:`NamedDatasets`, which
-the module's public methods defer to: one :class:`~engine.multi.loader.MultiDataLoader` for training that yields
-``(name, batch)``, and a dict of loaders for validation and testing (Lightning passes ``dataloader_idx``).
-"""
+"""Several named training datasets behind one data module: :class:`MultiDataModule`, a composite of one
+``UniversalDataModule`` per name, trained through one :class:`~engine.multi.loader.MultiDataLoader`."""
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
+import lightning
+
 from engine.core.rng import derive_seed
+from engine.datamodule.checkpointing import read_configuration
+from engine.datamodule.options import checkpoint_configuration, record_configuration, restore_configuration
+from engine.datamodule.universal import NOT_CHECKPOINTED, UniversalDataModule
 from engine.loading.state import (
     CHILDREN,
     EPOCH,
@@ -26,28 +25,12 @@ from engine.loading.state import (
 )
 from engine.multi.config import MultiDataLoaderConfig
 from engine.multi.loader import MultiDataLoader
-from engine.sources.kinds import is_column_dict, is_hf_dataset_dict
+from engine.sources.kinds import is_hf_dataset_dict, is_named_datasets
+from engine.tools.report import DataReport
+from task_spec import TaskSpec
 
 PER_NAME_OPTIONS = ("val_data", "test_data", "predict_data")
 """Options that may be given per name as ``{name: data}``; every other option applies to every child."""
-
-
-def defer_to_named(method: Callable[..., Any]) -> Callable[..., Any]:
-    """A data module method that, on a module over several named datasets, runs on its :class:`NamedDatasets`."""
-
-    @functools.wraps(method)
-    def dispatch(self: Any, *args: Any, **kwargs: Any) -> Any:
-        named = self.__dict__.get("named")
-        return getattr(named, method.__name__)(*args, **kwargs) if named is not None else method(self, *args, **kwargs)
-
-    return dispatch
-
-
-def is_named_datasets(train_data: Any, task_spec: Any = None) -> bool:
-    """Whether ``train_data`` is ``{name: data}`` (several datasets): not a ``DatasetDict`` of splits, and not one
-    dataset's columns (a dict whose keys are the spec's fields, such as ``{"input_ids": ..., "labels": ...}``)."""
-    return (isinstance(train_data, Mapping) and not is_hf_dataset_dict(train_data)
-            and not is_column_dict(train_data, task_spec))
 
 
 def child_arguments(train_data: Mapping[str, Any], task_spec: Any, seed: int,
@@ -67,44 +50,80 @@ def child_arguments(train_data: Mapping[str, Any], task_spec: Any, seed: int,
     }
 
 
-class NamedDatasets:
-    """The children of a module over several named datasets, trained through one seeded, resumable schedule.
+class MultiDataModule(lightning.LightningDataModule):
+    """Several named datasets trained through one seeded, resumable schedule: a composite of one
+    :class:`~engine.datamodule.universal.UniversalDataModule` per name (``dm.children``), each with its own spec,
+    split, collator and a seed derived from its name.
+
+    Training yields ``(name, batch)`` from one :class:`~engine.multi.loader.MultiDataLoader`; validation, test and
+    prediction give ``{name: loader}`` (Lightning passes ``dataloader_idx``). ``state_dict`` holds every child's
+    identity and the schedule with each child's position.
 
     Args:
-        owner: The data module these children belong to (its ``trainer`` reaches them at setup).
-        children: ``{name: child module}``.
-        multi_config: How batches of the children interleave (round robin over the sum of lengths by default).
-        seed: Seed of the schedule's random choices.
+        train_data: ``{name: data}``, each value any data ``UniversalDataModule`` takes.
+        task_spec: One spec for every dataset, or ``{name: spec}``.
+        seed: Seeds the schedule's random choices and, through each name, every child (``derive_seed(seed, name)``).
+        multi_config: How the children's batches interleave (round robin over the sum of lengths by default). Its
+            ``choice_rng_seed`` and ``dataloader_names`` are this module's seed and names: leave them unset, or give
+            the same values.
+        **options: Any other ``UniversalDataModule`` keyword, applied to every child; ``val_data``, ``test_data``
+            and ``predict_data`` may also be ``{name: data}``.
+
+    Example:
+        >>> import torch
+        >>> from task_spec import TaskSpec
+        >>> rows = [torch.arange(1, n) for n in range(3, 13)]
+        >>> dm = MultiDataModule({"a": rows, "b": rows[:4]}, task_spec=TaskSpec.lm_tiny(), batch_size=2)
+        >>> [name for name, _ in dm.train_dataloader()]
+        ['a', 'b', 'a', 'b', 'a', 'a', 'a']
     """
 
-    def __init__(self, owner: Any, children: dict[str, Any], multi_config: MultiDataLoaderConfig | None,
-                 seed: int) -> None:
-        config = multi_config if multi_config is not None else MultiDataLoaderConfig()
-        if not isinstance(config, MultiDataLoaderConfig):
-            raise TypeError(f"multi_config should be a MultiDataLoaderConfig, but got {type(config).__name__}")
-        self.owner, self.children = owner, children
-        self.multi_config = dataclasses.replace(config, dataloader_names=None, choice_rng_seed=seed)
+    def __init__(self, train_data: Mapping[str, Any], *, task_spec: Any = None, seed: int = 42,
+                 multi_config: MultiDataLoaderConfig | None = None, **options: Any) -> None:
+        super().__init__()
+        if not is_named_datasets(train_data, task_spec if isinstance(task_spec, TaskSpec) else None):
+            raise TypeError(f"MultiDataModule takes train_data={{name: data}}, but got {type(train_data).__name__}; "
+                            f"use UniversalDataModule for a single dataset")
+        configuration = {"task_spec": task_spec, "seed": seed, "multi_config": multi_config, **options}
+        record_configuration(self, checkpoint_configuration(configuration, NOT_CHECKPOINTED))
+        self.seed, self.task_spec = seed, task_spec
+        self.multi_config = schedule_config(multi_config, seed=seed, names=list(train_data))
+        self.children: dict[str, UniversalDataModule] = {
+            name: UniversalDataModule(**kwargs)
+            for name, kwargs in child_arguments(train_data, task_spec, seed, options).items()}
         self._train_loader: MultiDataLoader | None = None
         self._pending_loader_state: dict[str, Any] | None = None
 
     @classmethod
-    def build(cls, owner: Any, child_class: type, *, train_data: Mapping[str, Any], task_spec: Any, seed: int,
-              multi_config: MultiDataLoaderConfig | None, **options: Any) -> NamedDatasets:
-        """Children of ``child_class`` (the data module class) built from the owner's arguments."""
-        children = {name: child_class(**kwargs)
-                    for name, kwargs in child_arguments(train_data, task_spec, seed, options).items()}
-        return cls(owner, children, multi_config, seed)
+    def load_from_checkpoint(cls, checkpoint_path: Any, map_location: Any = None, **data: Any) -> MultiDataModule:
+        """A module configured as the one in a Lightning checkpoint; pass the data (and tokenizer) again, e.g.
+        ``MultiDataModule.load_from_checkpoint(path, train_data={"a": rows, "b": other})``."""
+        arguments = restore_configuration(read_configuration(checkpoint_path, map_location), data)
+        config = arguments.get("multi_config")
+        if isinstance(config, Mapping):
+            # A module built before its schedule seed had one home recorded the seed it was given, but its
+            # schedule ran on the module's seed: rebuild that schedule.
+            arguments["multi_config"] = MultiDataLoaderConfig(**{**config, "choice_rng_seed": None})
+        return cls(**arguments)
+
+    def prepare_data(self) -> None:
+        """Tokenize each child's raw text into the on-disk cache (Lightning: once per machine)."""
+        for child in self.children.values():
+            child.prepare_data()
 
     def setup(self, stage: str | None = None) -> None:
+        """Set up every child (its splits, once), under this module's trainer."""
         for child in self.children.values():
-            child.trainer = self.owner.trainer
+            child.trainer = self.trainer
             child.setup(stage)
 
     @property
     def split_sizes(self) -> dict[str, dict[str, int | None]]:
+        """``{name: the child's split sizes}``."""
         return {name: child.split_sizes for name, child in self.children.items()}
 
     def train_dataloader(self) -> MultiDataLoader:
+        """The schedule over the children's train loaders; the same object on every call."""
         if self._train_loader is None:
             loaders = {name: child.train_dataloader() for name, child in self.children.items()}
             self._train_loader = build_multi_loader(loaders, self.multi_config)
@@ -114,12 +133,15 @@ class NamedDatasets:
         return self._train_loader
 
     def val_dataloader(self) -> dict[str, Any] | list[Any]:
+        """``{name: loader}`` of the children that have validation data; ``[]`` when none has."""
         return self._named("val_dataloader")
 
     def test_dataloader(self) -> dict[str, Any] | list[Any]:
+        """``{name: loader}`` of the children that have test data; ``[]`` when none has."""
         return self._named("test_dataloader")
 
     def predict_dataloader(self) -> dict[str, Any] | list[Any]:
+        """``{name: loader}`` of the children that have prediction data; ``[]`` when none has."""
         return self._named("predict_dataloader")
 
     def _named(self, method: str) -> dict[str, Any] | list[Any]:
@@ -128,6 +150,7 @@ class NamedDatasets:
         return loaders or []
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Lightning hook, on the device: a ``(name, batch)`` is finished by that child's hook."""
         if isinstance(batch, tuple) and len(batch) == 2 and batch[0] in self.children:
             name, inner = batch
             return name, self.children[name].on_after_batch_transfer(inner, dataloader_idx)
@@ -138,7 +161,7 @@ class NamedDatasets:
         return {VERSION: STATE_VERSION, CHILDREN: {name: child.identity() for name, child in self.children.items()}}
 
     def state_dict(self) -> dict[str, Any]:
-        """Each child's data fingerprints, and the schedule with every child's loader position."""
+        """Each child's identity, and the schedule with every child's loader position."""
         loader = self._train_loader.state_dict() if self._train_loader is not None else self._pending_loader_state
         return {**self.identity(), MULTI: loader}
 
@@ -156,12 +179,37 @@ class NamedDatasets:
         self._train_loader = None
         self._pending_loader_state = state_dict.get(MULTI)
 
+    def report(self, name: str | None = None) -> DataReport:
+        """The report of the child ``name`` (see ``UniversalDataModule.report``); every child has its own."""
+        if name not in self.children:
+            raise ValueError(f"report() describes one dataset: pass name= one of {sorted(self.children)} (e.g. "
+                             f"dm.report({next(iter(self.children))!r})), but got name={name!r}")
+        return self.children[name].report()
+
     def __repr__(self) -> str:
         body = "\n".join(f"  {name}: " + repr(child).replace("\n", "\n  ") for name, child in self.children.items())
-        return f"UniversalDataModule(schedule={self.multi_config.sampling_strategy.value},\n{body}\n)"
+        return f"MultiDataModule(schedule={self.multi_config.sampling_strategy.value},\n{body}\n)"
+
+    __str__ = __repr__
 
     def _repr_html_(self) -> str:
         return "".join(f"<h4>{name}</h4>{child._repr_html_()}" for name, child in self.children.items())
+
+
+def schedule_config(config: MultiDataLoaderConfig | None, *, seed: int, names: list[str]) -> MultiDataLoaderConfig:
+    """``config`` with the module's seed and names filled in; a field that contradicts them is refused."""
+    config = config if config is not None else MultiDataLoaderConfig()
+    if not isinstance(config, MultiDataLoaderConfig):
+        raise TypeError(f"multi_config should be a MultiDataLoaderConfig, but got {type(config).__name__}")
+    if config.choice_rng_seed is not None and config.choice_rng_seed != seed:
+        raise ValueError(f"multi_config.choice_rng_seed={config.choice_rng_seed} contradicts seed={seed}: a "
+                         f"MultiDataModule seeds its schedule with its seed; drop choice_rng_seed, or pass "
+                         f"seed={config.choice_rng_seed}")
+    if config.dataloader_names is not None and config.dataloader_names != names:
+        raise ValueError(f"multi_config.dataloader_names={config.dataloader_names} contradicts the names of "
+                         f"train_data {names} (in that order: weights and patterns follow it); drop "
+                         f"dataloader_names")
+    return dataclasses.replace(config, choice_rng_seed=seed, dataloader_names=None)
 
 
 def _per_name(value: Any, names: list[str], what: str) -> dict[str, Any]:

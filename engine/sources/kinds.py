@@ -4,6 +4,7 @@ in ``files.py``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -115,3 +116,10 @@ def unpack_dataset_dict(data: Any, val_data: Any, test_data: Any) -> tuple[Any, 
     return data["train"], val_data if val_data is not None else val, (
         test_data if test_data is not None else data.get("test")
     )
+
+
+def is_named_datasets(train_data: Any, task_spec: Any = None) -> bool:
+    """Whether ``train_data`` is ``{name: data}`` (several datasets): not a ``DatasetDict`` of splits, and not one
+    dataset's columns (a dict whose keys are the spec's fields, such as ``{"input_ids": ..., "labels": ...}``)."""
+    return (isinstance(train_data, Mapping) and not is_hf_dataset_dict(train_data)
+            and not is_column_dict(train_data, task_spec))

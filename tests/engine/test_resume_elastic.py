@@ -9,7 +9,7 @@ import datasets
 import pytest
 import torch
 
-from engine import SeededBatchSampler, UniversalDataModule
+from engine import MultiDataModule, SeededBatchSampler, UniversalDataModule
 from engine.loading.config import DataLoaderConfig
 from engine.loading.factory import DataLoaderFactory
 from engine.loading.state import check_compatible, module_identity
@@ -126,8 +126,8 @@ def test_a_stream_refuses_another_number_of_workers_and_says_why():
 
 def test_several_named_datasets_refuse_another_number_of_workers():
     def named(workers):
-        return UniversalDataModule({"a": rows(count=12), "b": rows(count=12, seed=1)}, task_spec=SPEC, batch_size=4,
-                                   num_workers=workers, seed=3)
+        return MultiDataModule({"a": rows(count=12), "b": rows(count=12, seed=1)}, task_spec=SPEC, batch_size=4,
+                               num_workers=workers, seed=3)
     state = named(0).state_dict()
     with pytest.raises(ValueError, match="num_workers was 0 when saved and is 2 now"):
         named(2).load_state_dict(state)

@@ -13,7 +13,7 @@ import torchaudio
 from torchvision.transforms import v2
 
 from demo.sample_data import audio_dataset, image_dataset
-from engine import UniversalDataModule
+from engine import MultiDataModule, UniversalDataModule
 from task_spec import TaskSpec
 
 AUGMENT = v2.Compose([v2.RandomResizedCrop(32, scale=(0.4, 1.0), antialias=True), v2.RandomHorizontalFlip(),
@@ -183,8 +183,8 @@ class TestSplits:
         assert dm.datasets["val"].transform is None and dm.datasets["train"].transform.role == "train"
 
     def test_several_named_datasets_pass_the_transforms_to_each(self):
-        dm = UniversalDataModule({"a": indexed_rows(), "b": indexed_rows()}, task_spec=LM, batch_size=4,
-                                 val_split=6, train_transform=mark_train, eval_transform=mark_eval)
+        dm = MultiDataModule({"a": indexed_rows(), "b": indexed_rows()}, task_spec=LM, batch_size=4,
+                             val_split=6, train_transform=mark_train, eval_transform=mark_eval)
         for name, batch in dm.train_dataloader():
             assert set(batch["input_ids"][batch["attention_mask"].bool()].tolist()) == {7}, name
         for name, loader in dm.val_dataloader().items():

@@ -9,7 +9,7 @@ import datasets
 import pytest
 import torch
 
-from engine import DataLoaderConfig, DataLoaderFactory, UniversalDataModule
+from engine import DataLoaderConfig, DataLoaderFactory, MultiDataModule, UniversalDataModule
 from engine.loading.pipeline import ThreadLoader
 from task_spec import TaskSpec
 from tests.engine.test_resume import SPEC, fingerprint, module, rows, run
@@ -237,8 +237,8 @@ def test_a_failing_row_is_named():
 
 def test_several_named_datasets_load_in_threads_and_resume_exactly():
     def named(**kwargs):
-        return UniversalDataModule({"a": rows(), "b": rows(30, seed=1)}, task_spec=SPEC, batch_size=8, seed=3,
-                                   **kwargs)
+        return MultiDataModule({"a": rows(), "b": rows(30, seed=1)}, task_spec=SPEC, batch_size=8, seed=3,
+                               **kwargs)
 
     def take(dm, count):
         seen, loader = [], dm.train_dataloader()

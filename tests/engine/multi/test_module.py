@@ -6,8 +6,7 @@ import lightning
 import pytest
 import torch
 
-from engine import UniversalDataModule
-from engine.datamodule.universal import MultiDataModule
+from engine import MultiDataModule, UniversalDataModule
 from engine.multi.config import MultiDataLoaderConfig
 from task_spec import TaskSpec
 from tests.engine.test_module_options import SMALL_IMAGES, Images
@@ -25,7 +24,7 @@ def tokens(count=40):
 def module(**kwargs):
     options = dict(task_spec={"lm": LM, "img": SMALL_IMAGES}, batch_size=4, val_split=0.25, seed=7)
     options.update(kwargs)
-    return UniversalDataModule({"lm": tokens(), "img": Images(16)}, **options)
+    return MultiDataModule({"lm": tokens(), "img": Images(16)}, **options)
 
 
 def take(dm, count):
@@ -39,7 +38,8 @@ def take(dm, count):
 class TestShape:
     def test_a_dict_of_datasets_builds_named_children_with_their_own_collators(self):
         dm = module()
-        assert type(dm) is UniversalDataModule and list(dm.children) == ["lm", "img"]
+        assert type(dm) is MultiDataModule and list(dm.children) == ["lm", "img"]
+        assert all(type(child) is UniversalDataModule for child in dm.children.values())
         assert dm.split_sizes["lm"]["train"] == 30 and dm.split_sizes["img"]["train"] == 12
         batches = list(dm.train_dataloader())
         assert len(batches) == len(dm.train_dataloader()) == 8 + 3
@@ -57,7 +57,7 @@ class TestShape:
 
     def test_names_must_match(self):
         with pytest.raises(ValueError, match=r"task_spec names \['lm'\] do not match the train datasets"):
-            UniversalDataModule({"lm": tokens(), "img": Images(16)}, task_spec={"lm": LM})
+            MultiDataModule({"lm": tokens(), "img": Images(16)}, task_spec={"lm": LM})
 
 
 class TestResume:
@@ -101,8 +101,8 @@ class TestResume:
     def test_state_of_other_datasets_is_refused(self):
         state = module().state_dict()
         with pytest.raises(ValueError, match="does not match this data module"):
-            UniversalDataModule({"lm": tokens(41), "img": Images(16)}, task_spec={"lm": LM, "img": SMALL_IMAGES},
-                                batch_size=4, val_split=0.25, seed=7).load_state_dict(state)
+            MultiDataModule({"lm": tokens(41), "img": Images(16)}, task_spec={"lm": LM, "img": SMALL_IMAGES},
+                            batch_size=4, val_split=0.25, seed=7).load_state_dict(state)
 
 
 def test_lightning_fit_receives_named_batches():
@@ -134,15 +134,24 @@ def test_lightning_fit_receives_named_batches():
 
 
 class TestComposition:
-    """Several named datasets are composed inside UniversalDataModule, so every public method and utility works."""
+    """MultiDataModule is a composite of UniversalDataModules: every public method and utility works on it."""
 
-    def test_multidatamodule_is_the_same_module_and_refuses_a_single_dataset(self):
-        options = dict(task_spec={"lm": LM, "img": SMALL_IMAGES}, batch_size=4, val_split=0.25, seed=7)
-        named = MultiDataModule({"lm": tokens(), "img": Images(16)}, **options)
-        assert isinstance(named, UniversalDataModule)
-        assert take(named, 11) == take(module(), 11)
+    def test_each_module_takes_its_own_kind_of_data(self):
         with pytest.raises(TypeError, match=r"MultiDataModule takes train_data=\{name: data\}, but got list"):
             MultiDataModule(tokens(), task_spec=LM)
+        with pytest.raises(TypeError, match=r"train_data=\{name: data\} holds several named datasets \['img', 'lm'\]; "
+                                            r"use MultiDataModule\(train_data, \.\.\.\)"):
+            UniversalDataModule({"lm": tokens(), "img": Images(16)}, task_spec=LM)
+        assert not hasattr(UniversalDataModule(tokens(), task_spec=LM), "children")
+
+    def test_children_are_built_with_the_modules_options_and_seeds_derived_from_their_names(self):
+        from engine import derive_seed
+
+        dm = module(num_workers=0, eval_batch_size=3)
+        assert {name: child.seed for name, child in dm.children.items()} == {
+            name: derive_seed(7, name) % 2**31 for name in ("lm", "img")}
+        assert all(child.eval_config.batch_size == 3 for child in dm.children.values())
+        assert dm.split_sizes == {name: child.split_sizes for name, child in dm.children.items()}
 
     def test_identity_state_and_repr(self):
         dm = module()
@@ -165,6 +174,37 @@ class TestComposition:
         result = recommend_num_workers(module(), candidates=(0,), max_batches=1, warmup_batches=0)
         assert result.num_workers == 0 and "lm" in result.reason and "img" in result.reason
 
-    def test_multi_config_is_refused_for_a_single_dataset(self):
-        with pytest.raises(ValueError, match="multi_config applies to several named datasets"):
+    def test_multi_config_is_not_an_option_of_a_single_dataset(self):
+        with pytest.raises(TypeError, match="multi_config"):
             UniversalDataModule(tokens(), task_spec=LM, multi_config=MultiDataLoaderConfig())
+
+    def test_report_per_child(self):
+        dm = module()
+        assert dm.report("lm").numbers["split_sizes"] == dm.children["lm"].report().numbers["split_sizes"]
+        with pytest.raises(ValueError, match=r"report\(\) describes one dataset: pass name= one of \['img', 'lm'\]"):
+            dm.report()
+
+
+class TestMultiConfig:
+    """The module's seed and names fill the schedule's config; a field that contradicts them is refused."""
+
+    def test_unset_fields_are_filled_in(self):
+        dm = module(multi_config=MultiDataLoaderConfig(sampling_strategy="weighted", dataloader_weights=[3, 1]))
+        assert dm.multi_config.choice_rng_seed == 7 and dm.train_dataloader().names == ["lm", "img"]
+        same = module(multi_config=MultiDataLoaderConfig(choice_rng_seed=7, dataloader_names=["lm", "img"]))
+        assert take(same, 11) == take(module(), 11)
+
+    @pytest.mark.parametrize(("config", "match"), [
+        (MultiDataLoaderConfig(choice_rng_seed=123), r"multi_config.choice_rng_seed=123 contradicts seed=7"),
+        (MultiDataLoaderConfig(dataloader_names=["img", "lm"]),
+         r"multi_config.dataloader_names=\['img', 'lm'\] contradicts the names of train_data \['lm', 'img'\]"),
+        (MultiDataLoaderConfig(dataloader_names=["a", "b"]), r"drop dataloader_names"),
+    ])
+    def test_contradicting_fields_are_refused(self, config, match):
+        with pytest.raises(ValueError, match=match):
+            module(multi_config=config)
+
+    def test_a_bare_multi_loader_still_seeds_its_schedule_with_zero(self):
+        from engine import MultiDataLoader
+
+        assert MultiDataLoader({"a": [1], "b": [2]}).config.choice_rng_seed == 0

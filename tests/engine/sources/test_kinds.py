@@ -7,7 +7,7 @@ import torch
 from torch.utils.data import TensorDataset
 from torchvision.datasets import FakeData
 
-from engine import UniversalDataModule
+from engine import MultiDataModule, UniversalDataModule
 from task_spec import TaskSpec
 
 SPEC = TaskSpec.cls_tiny().replace(additional_config={"num_classes": 2})
@@ -63,7 +63,7 @@ class TestDictOfColumns:
     def test_column_tensors_are_one_dataset(self):
         dm = UniversalDataModule({"input_ids": IDS, "labels": LABELS}, task_spec=SPEC, batch_size=4, shuffle=False)
         batch = first_batch(dm)
-        assert dm.children == {} and torch.equal(batch["input_ids"], IDS[:4]) and batch["labels"].tolist() == \
+        assert torch.equal(batch["input_ids"], IDS[:4]) and batch["labels"].tolist() == \
             LABELS[:4].tolist()
 
     def test_columns_of_unequal_lengths_are_refused_naming_each(self):
@@ -71,9 +71,11 @@ class TestDictOfColumns:
             UniversalDataModule({"input_ids": IDS, "labels": LABELS[:5]}, task_spec=SPEC)
 
     def test_named_datasets_stay_named(self):
-        dm = UniversalDataModule({"first": TensorDataset(IDS, LABELS), "second": TensorDataset(IDS, LABELS)},
-                                 task_spec=SPEC, batch_size=4)
+        named = {"first": TensorDataset(IDS, LABELS), "second": TensorDataset(IDS, LABELS)}
+        dm = MultiDataModule(named, task_spec=SPEC, batch_size=4)
         assert sorted(dm.children) == ["first", "second"]
+        with pytest.raises(TypeError, match=r"holds several named datasets \['first', 'second'\]; use MultiDataModule"):
+            UniversalDataModule(named, task_spec=SPEC, batch_size=4)
 
 
 class TestDatasetDictSplits:

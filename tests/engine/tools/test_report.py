@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from collators._padding import padded_length
 from demo import sample_data
-from engine import UniversalDataModule
+from engine import MultiDataModule, UniversalDataModule
 from engine.tools import report_numbers
 from engine.tools.report import DataReport, collect
 from task_spec import TaskSpec
@@ -197,11 +197,10 @@ class TestSummary:
         assert not dm.datasets, "the notebook view must not set the module up"
 
     def test_report_of_several_named_datasets_names_the_children(self):
-        dm = UniversalDataModule({"a": token_rows(20), "b": token_rows(20, seed=1)}, task_spec=LM, batch_size=4)
-        with pytest.raises(ValueError, match=r"this module holds several: \['a', 'b'\]; call "
-                                             r"dm.children\[name\].report\(\)"):
+        dm = MultiDataModule({"a": token_rows(20), "b": token_rows(20, seed=1)}, task_spec=LM, batch_size=4)
+        with pytest.raises(ValueError, match=r"report\(\) describes one dataset: pass name= one of \['a', 'b'\]"):
             dm.report()
-        assert dm.children["a"].report().numbers["split_sizes"] == {"train": 20}
+        assert dm.report("a").numbers["split_sizes"] == {"train": 20}
 
     def test_a_stream_reports_its_first_rows_and_says_what_it_did_not_measure(self):
         rows = [list(range(5, 5 + n)) for n in range(3, 23)]
