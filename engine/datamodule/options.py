@@ -11,6 +11,7 @@ from typing import Any
 
 from engine.core.checks import check_int
 from engine.loading.config import DataLoaderConfig
+from engine.sampling.modes import BUDGET_MODES
 from task_spec import TaskSpec
 
 
@@ -49,16 +50,32 @@ def check_stream_batching(is_stream: bool, batching: str) -> None:
                          f"(datasets.IterableDataset) does not have; use batching='plain' or a map-style Dataset")
 
 
-def loader_configs(*, batch_size: int, eval_batch_size: int | None, shuffle: bool, drop_last: bool,
+DEFAULT_BATCH_SIZE = 32
+
+
+def loader_configs(*, batch_size: int | None, eval_batch_size: int | None, shuffle: bool, drop_last: bool,
                    num_workers: int, pin_memory: bool | None, prefetch_factor: int, persistent_workers: bool | None,
-                   seed: int, num_threads: int = 0) -> tuple[DataLoaderConfig, DataLoaderConfig]:
+                   seed: int, num_threads: int = 0, timeout: float = 0,
+                   multiprocessing_context: str | None = None) -> tuple[DataLoaderConfig, DataLoaderConfig]:
     """The training and evaluation loader configs of a module; evaluation never shuffles or drops rows."""
     shared = dict(num_workers=num_workers, pin_memory=pin_memory, prefetch_factor=prefetch_factor,
-                  persistent_workers=persistent_workers, seed=seed, num_threads=num_threads)
+                  persistent_workers=persistent_workers, seed=seed, num_threads=num_threads, timeout=timeout,
+                  multiprocessing_context=multiprocessing_context)
+    batch_size = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
     train = DataLoaderConfig(batch_size=batch_size, shuffle=shuffle, drop_last=drop_last, **shared)
     if eval_batch_size is not None:
         check_int("eval_batch_size", eval_batch_size, minimum=1)
     return train, DataLoaderConfig(batch_size=eval_batch_size or batch_size, shuffle=False, **shared)
+
+
+def check_batch_size_is_used(batching: str, batch_size: int | None, eval_batch_size: int | None) -> None:
+    """Refuse a ``batch_size`` nothing would use: under a token budget (``token_budget``, ``packed``) training
+    batches are cut by ``max_tokens``, so ``batch_size`` only sizes the evaluation batches, which
+    ``eval_batch_size`` then sets instead."""
+    if batching in BUDGET_MODES and batch_size is not None and eval_batch_size is not None:
+        raise ValueError(f"batch_size={batch_size} is used by no loader: batching={batching!r} cuts training batches "
+                         f"by max_tokens, and eval_batch_size={eval_batch_size} sizes the evaluation batches; drop "
+                         f"batch_size")
 
 
 def check_pad_id(collator: Any, tokenizer: Any) -> None:

@@ -47,9 +47,13 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
         tokenizer: Tokenizer for raw text (tokenized once at setup) and for pad/mask ids.
         val_data, test_data, predict_data: Optional separate datasets of the same kinds.
         val_split, test_split: Fraction in [0, 1) or row count cut from ``train_data`` (seeded, disjoint).
-        batch_size: Rows per training batch; ``eval_batch_size`` (default the same) for the others.
-        num_workers, pin_memory, persistent_workers, prefetch_factor, num_threads: As in :class:`DataLoaderConfig`
-            (``num_threads``: background threads of this process load the next batches while the step runs).
+        batch_size: Rows per training batch (default 32); ``eval_batch_size`` (default the same) for the others.
+            Under ``batching='token_budget'`` or ``'packed'`` training batches are cut by ``max_tokens``, so
+            ``batch_size`` is then the evaluation loaders' size, and giving both it and ``eval_batch_size`` is refused.
+        num_workers, pin_memory, persistent_workers, prefetch_factor, num_threads, timeout, multiprocessing_context:
+            As in :class:`DataLoaderConfig` (``num_threads``: background threads of this process load the next
+            batches while the step runs; ``timeout``: seconds to wait for a worker's batch; ``multiprocessing_context``:
+            how workers start, 'fork', 'spawn' or 'forkserver').
         seed: Seed of the split, the shuffle and every random choice in the collators.
         shuffle: Seeded shuffle with a new order each epoch; default on, except for a stream (read in its order).
         drop_last: Drop the last incomplete training batch (evaluation loaders never shuffle or drop).
@@ -88,7 +92,7 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
         self, train_data: Any = None, *, task_spec: TaskSpec | None = None, tokenizer: Any = None,
         val_data: Any = None, test_data: Any = None, predict_data: Any = None,
         val_split: float | int = 0.0, test_split: float | int = 0.0,
-        batch_size: int = 32, eval_batch_size: int | None = None, num_workers: int = 0, seed: int = 42,
+        batch_size: int | None = None, eval_batch_size: int | None = None, num_workers: int = 0, seed: int = 42,
         shuffle: bool | None = None, drop_last: bool = False, uneven: str = "pad",
         pin_memory: bool | None = None, persistent_workers: bool | None = None, prefetch_factor: int = 2,
         collate_fn: Callable[..., Any] | None = None, collator_name: str | None = None,
@@ -97,7 +101,7 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
         on_error: str = "raise", max_skipped: int | float | None = None, num_threads: int = 0,
         train_transform: Callable[..., Any] | None = None, eval_transform: Callable[..., Any] | None = None,
         long_rows: str | None = None, stride: int | None = None, cache_dir: str | None = None,
-        num_proc: int | None = None,
+        num_proc: int | None = None, timeout: float = 0, multiprocessing_context: str | None = None,
     ) -> None:
         super().__init__()
         options.record_configuration(self, options.checkpoint_configuration(locals(), NOT_CHECKPOINTED))
@@ -115,9 +119,11 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
         self.train_config, self.eval_config = options.loader_configs(
             batch_size=batch_size, eval_batch_size=eval_batch_size, shuffle=self._stream is None if shuffle is None
             else shuffle, drop_last=drop_last, num_workers=num_workers, pin_memory=pin_memory,
-            prefetch_factor=prefetch_factor, persistent_workers=persistent_workers, seed=seed, num_threads=num_threads)
+            prefetch_factor=prefetch_factor, persistent_workers=persistent_workers, seed=seed, num_threads=num_threads,
+            timeout=timeout, multiprocessing_context=multiprocessing_context)
         self.batching, self.max_tokens, self.batching_reason = resolve_batching(task_spec, batching, max_tokens,
                                                                                 self.train_config.shuffle)
+        options.check_batch_size_is_used(self.batching, batch_size, eval_batch_size)
         options.check_stream_batching(self._stream is not None, self.batching)
         self.collator, self.collator_resolution = module_collator(
             task_spec, tokenizer, collate_fn, collator_name, collator_kwargs, device_normalize=device_normalize,

@@ -99,7 +99,7 @@ class ResumableLoader(KeepsDroppedPass, StatefulDataLoader):
             workers = saved_num_workers(state_dict)
             raise ValueError(f"the loader state was saved with num_workers={workers} and "
                              f"{state_dict['_steps_since_snapshot']} steps after its last snapshot; it can only resume "
-                             f"with num_workers={workers} (or save with snapshot_every_n_steps=1)")
+                             f"with num_workers={workers}; pass num_workers={workers} to resume it")
         if sampler_state is not None and check is not None and (state_dict.get(ITERATOR_FINISHED) or other_workers):
             super().load_state_dict({})
             self.batch_sampler.load_state_dict(sampler_state)

@@ -58,3 +58,24 @@ class TestBatchingAndLongRows:
         with pytest.raises(ValueError, match=r"batching='grouped' contradicts spec.preprocessing_config\['batching'\]"):
             UniversalDataModule(ROWS, task_spec=spec, batching="grouped")
         assert UniversalDataModule(ROWS, task_spec=spec, batching="token_budget").max_tokens == 256
+
+
+class TestLoaderOptions:
+    def test_timeout_and_start_method_reach_both_loaders(self):
+        dm = UniversalDataModule(ROWS, task_spec=TaskSpec.lm_tiny(), num_workers=1, timeout=30,
+                                 multiprocessing_context="spawn")
+        for config in (dm.train_config, dm.eval_config):
+            kwargs, _ = config.resolve()
+            assert kwargs["timeout"] == 30 and kwargs["multiprocessing_context"] == "spawn"
+        with pytest.raises(ValueError, match=r"multiprocessing_context should be one of"):
+            UniversalDataModule(ROWS, task_spec=TaskSpec.lm_tiny(), multiprocessing_context="threads")
+
+    def test_batch_size_that_no_loader_would_use_is_refused(self):
+        budget = dict(task_spec=TaskSpec.lm_tiny(), batching="token_budget", max_tokens=64)
+        with pytest.raises(ValueError, match=r"batch_size=8 is used by no loader: batching='token_budget' cuts "
+                                             r"training batches by max_tokens, and eval_batch_size=4"):
+            UniversalDataModule(ROWS, batch_size=8, eval_batch_size=4, **budget)
+        assert UniversalDataModule(ROWS, batch_size=8, **budget).eval_config.batch_size == 8  # sizes evaluation
+        assert UniversalDataModule(ROWS, **budget).train_config.batch_size == 32  # the default, as before
+        assert UniversalDataModule(ROWS, batch_size=8, eval_batch_size=4, task_spec=TaskSpec.lm_tiny()).eval_config \
+            .batch_size == 4
