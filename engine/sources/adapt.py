@@ -7,7 +7,6 @@ sampler to the collator. ``view(indices)`` selects a split without copying rows.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,9 +42,10 @@ class ColumnarSource(MapSource):
         raise NotImplementedError
 
     def handing_columns(self) -> ColumnarSource:
-        """A shallow copy of this source whose batches are fetched as columns (data shared)."""
-        source = copy.copy(self)
-        source.hands_columns = True
+        """A shallow copy of this source whose batches are fetched as columns (data and fetcher shared: not
+        ``copy.copy``, which would go through ``__getstate__`` and leave the fetcher behind)."""
+        source = object.__new__(type(self))
+        source.__dict__.update(self.__dict__, hands_columns=True)
         return source
 
     def __getitems__(self, indices: Sequence[int]) -> RowBatch | ColumnBatch:
@@ -73,7 +73,7 @@ class HFSource(ColumnarSource):
 
     def __init__(self, dataset: Any) -> None:
         self.dataset = dataset
-        self._fetcher: ArrowBatchFetcher | None = None
+        self._fetchers: list[ArrowBatchFetcher] = []  # one, built on first use; shared with this source's copies
         self._columnar = ArrowBatchFetcher.supports(dataset)
 
     def __len__(self) -> int:
@@ -89,9 +89,15 @@ class HFSource(ColumnarSource):
 
     def fetch_columns(self, positions: Sequence[int]) -> dict[str, Any]:
         """The rows at ``positions`` as ``{column: RaggedColumn | list}``: token columns flat, others formatted."""
-        if self._fetcher is None:
-            self._fetcher = ArrowBatchFetcher(self.dataset)
-        return self._fetcher.gather(positions)
+        if not self._fetchers:
+            self._fetchers.append(ArrowBatchFetcher(self.dataset))
+        return self._fetchers[0].gather(positions)
+
+    @property
+    def _fetcher(self) -> ArrowBatchFetcher | None:
+        """The column fetcher, once built (shared by the copies a loader hands columns from, so the row spans a
+        process keeps are computed once per process, however many loaders read this source)."""
+        return self._fetchers[0] if self._fetchers else None
 
     def view(self, positions: np.ndarray) -> HFSource:
         source = HFSource(self.dataset.select(positions))
@@ -106,7 +112,7 @@ class HFSource(ColumnarSource):
 
     def __getstate__(self) -> dict[str, Any]:
         # The fetcher holds numpy views of Arrow buffers: rebuilt in each worker rather than pickled as copies.
-        return {**self.__dict__, "_fetcher": None}
+        return {**self.__dict__, "_fetchers": []}
 
 
 class TorchSource(MapSource):

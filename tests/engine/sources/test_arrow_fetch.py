@@ -248,3 +248,10 @@ def test_epoch_through_the_data_module_equals_the_row_path(chunked, workers):
         assert list(got) == list(expected)
         for key, value in expected.items():
             assert torch.equal(got[key], value) if isinstance(value, torch.Tensor) else got[key] == value, key
+
+
+def test_loaders_that_hand_columns_share_one_fetcher_per_process(chunked):
+    source = HFSource(chunked)
+    first, second = source.handing_columns(), source.handing_columns()
+    first.__getitems__([0, 1])
+    assert second._fetcher is first._fetcher is source._fetcher is not None  # built once, not per loader
