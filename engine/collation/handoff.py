@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import math
 import warnings
+import weakref
 from typing import Any
 
 import torch
 from torch.utils.data import get_worker_info
 
 from engine.collation.seeded_collate import SeededCollate
+from engine.core.compat import new_shared_storage, result_pipe
 from engine.sources.bad_rows import WithSkippedRows
 
 
@@ -49,18 +51,22 @@ _ALIGN = 64
 """Bytes each tensor's start is aligned to in the buffer (a cache line; enough for every dtype)."""
 
 
+_WIDENED: weakref.WeakSet[Any] = weakref.WeakSet()
+"""Iterators whose pipe was widened (or failed to be, with a warning): a persistent pass is not widened twice."""
+
+
 def widen_result_pipe(iterator: Any) -> None:
     """Let the pipe from ``iterator``'s workers hold a whole inline batch (Linux ``F_SETPIPE_SZ``): a worker then
     writes its batch at once, instead of 64 KiB at a time, each waiting for the parent to read. Where the pipe
     cannot be widened (another system, a lower limit), batches still cross, in smaller pieces, with a warning."""
-    queue = getattr(iterator, "_worker_result_queue", None)
-    if queue is None or getattr(iterator, "_result_pipe_widened", False):
+    pipe = result_pipe(iterator)
+    if pipe is None or iterator in _WIDENED:
         return
-    iterator._result_pipe_widened = True
+    _WIDENED.add(iterator)
     try:
         import fcntl  # POSIX only: on Windows the import fails, and batches cross in smaller pieces
 
-        fcntl.fcntl(queue._reader.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
     except (ImportError, AttributeError, OSError) as error:  # no F_SETPIPE_SZ (not Linux), or above the limit
         warnings.warn(f"the pipe from the loader's workers could not be widened to {PIPE_BYTES} bytes ({error}); "
                       f"batches cross 64 KiB at a time, which costs the training step more", RuntimeWarning,
@@ -113,7 +119,7 @@ def one_buffer(batch: Any) -> Any:
     if len({tensor.untyped_storage().data_ptr() for tensor in tensors}) == 1:
         return batch  # already one block (the text collators' views of one buffer): nothing to gain from a copy
     offsets, total = _layout(tensors)
-    base = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(max(total, 1)))
+    base = torch.empty(0, dtype=torch.uint8).set_(new_shared_storage(max(total, 1)))
     views = [_view(base, offset, tensor.dtype, tensor.shape, tensor.stride()).copy_(tensor)
              for offset, tensor in zip(offsets, tensors)]
     return dict(zip(batch, views)) if type(batch) is dict else type(batch)(views)

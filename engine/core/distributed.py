@@ -8,6 +8,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from engine.core.compat import replaces_samplers
+
 
 def rank_and_world() -> tuple[int, int] | None:
     """``(rank, world_size)`` of the default process group, or None when ``torch.distributed`` is not initialized."""
@@ -28,8 +30,7 @@ def check_trainer_keeps_our_samplers(trainer: Any) -> None:
     already rank-aware, and a replaced one would reshuffle, duplicate or hang. Refuse with the fix."""
     if trainer is None or int(trainer.world_size) <= 1:
         return
-    connector = getattr(trainer, "_accelerator_connector", None)
-    if getattr(connector, "use_distributed_sampler", False):
+    if replaces_samplers(trainer):
         raise ValueError(
             "UniversalDataModule shards its data by rank itself, but this Trainer would replace its samplers "
             "with DistributedSampler (use_distributed_sampler=True is Lightning's default). Create the Trainer with "

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import os
 from collections.abc import Mapping, Sequence
@@ -10,6 +9,7 @@ from enum import Enum
 from typing import Any
 
 from engine.core.checks import check_int
+from engine.core.compat import record_hparams
 from engine.loading.config import DataLoaderConfig
 from engine.sampling.modes import BUDGET_MODES
 from task_spec import TaskSpec
@@ -136,9 +136,7 @@ def record_configuration(module: Any, configuration: Mapping[str, Any]) -> None:
     ``save_hyperparameters()`` would also walk the caller's frames, and reading a frame's locals keeps a snapshot
     of them alive: the caller's earlier loaders, and their worker processes, would outlive their names.
     """
-    module._log_hyperparams = False
-    module._set_hparams(dict(configuration))
-    module._hparams_initial = copy.deepcopy(module._hparams)
+    record_hparams(module, dict(configuration))
 
 
 def restore_configuration(configuration: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:

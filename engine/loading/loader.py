@@ -12,36 +12,31 @@ import time
 from typing import Any
 
 import torch.distributed as dist
-from torch.utils.data._utils import signal_handling
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from engine.collation.handoff import widen_result_pipe
+from engine.core.compat import (
+    WatchesItsIterator,
+    iterator_finished,
+    live_iterator,
+    sampler_state_of,
+    saved_num_workers,
+    shutdown_workers,
+    shuts_down_workers,
+    steps_since_snapshot,
+    unregister_worker_pids,
+    worker_processes,
+)
 from engine.core.distributed import stop_together
-from engine.loading.iterators import loader_iterator
-from engine.loading.state import ITERATOR_FINISHED, sampler_state_of, saved_num_workers
 from engine.sources.bad_rows import SkipReport, WithSkippedRows
 
 
-class KeepsDroppedPass:
-    """``_iterator`` as a property, so a loader sees Lightning drop its pass (``loader._iterator = None`` at the
-    end of ``fit``) and keeps the position in :meth:`_dropped`; the skipped-rows record of its loads."""
+class KeepsDroppedPass(WatchesItsIterator):
+    """A loader that sees Lightning drop its pass (the iterator set to None at the end of ``fit``) and keeps the
+    position in :meth:`_dropped`; with the skipped-rows record of its loads."""
 
     skipped: SkipReport | None = None
     """Where the rows its source leaves out are recorded (the module's ``dm.skipped``; one of its own if unset)."""
-
-    @property
-    def _iterator(self) -> Any:
-        return self.__dict__.get("_live_iterator")
-
-    @_iterator.setter
-    def _iterator(self, iterator: Any) -> None:
-        current = self.__dict__.get("_live_iterator")
-        if iterator is None and current is not None:
-            self._dropped(current)
-        self.__dict__["_live_iterator"] = iterator
-
-    def _dropped(self, iterator: Any) -> None:
-        raise NotImplementedError
 
 
 class ResumableLoader(KeepsDroppedPass, StatefulDataLoader):
@@ -60,26 +55,23 @@ class ResumableLoader(KeepsDroppedPass, StatefulDataLoader):
     def _dropped(self, iterator: Any) -> None:
         self._parked = iterator.state_dict()
 
-    def _get_iterator(self) -> Any:
-        return loader_iterator(self)  # torchdata's, without the profiler range while no profiler runs
-
     def __iter__(self) -> Any:
         parked, self._parked = self._parked, None
-        if self._iterator is None and parked is not None and self.next_iter_state is None \
-                and not parked.get("_iterator_finished"):
+        if live_iterator(self) is None and parked is not None and self.next_iter_state is None \
+                and not iterator_finished(parked):
             self.next_iter_state = parked  # continue the dropped pass (a finished one: the next epoch follows)
         try:
             batches = super().__iter__()
         except RuntimeError as error:  # a worker died while the pass started its workers (torch's SIGCHLD handler)
             if not str(error).startswith("DataLoader worker"):
                 raise
-            stop_workers(raising_iterator(error))
+            shutdown_workers(raising_iterator(error), after_a_death=True)
             raise RuntimeError(worker_death(getattr(self.dataset, "role", "data"), [], error)) from error
         widen_result_pipe(batches)
         return checked(batches, self)
 
     def state_dict(self) -> dict[str, Any]:
-        if self._iterator is None and self._parked is not None and self.next_iter_state is None:
+        if live_iterator(self) is None and self._parked is not None and self.next_iter_state is None:
             return self._parked
         return super().state_dict()
 
@@ -95,12 +87,12 @@ class ResumableLoader(KeepsDroppedPass, StatefulDataLoader):
         if sampler_state is not None and check is not None:
             check(sampler_state)
         other_workers = sampler_state is not None and saved_num_workers(state_dict) != self.num_workers
-        if other_workers and state_dict.get("_steps_since_snapshot", 0):
+        if other_workers and steps_since_snapshot(state_dict):
             workers = saved_num_workers(state_dict)
             raise ValueError(f"the loader state was saved with num_workers={workers} and "
-                             f"{state_dict['_steps_since_snapshot']} steps after its last snapshot; it can only resume "
+                             f"{steps_since_snapshot(state_dict)} steps after its last snapshot; it can only resume "
                              f"with num_workers={workers}; pass num_workers={workers} to resume it")
-        if sampler_state is not None and check is not None and (state_dict.get(ITERATOR_FINISHED) or other_workers):
+        if sampler_state is not None and check is not None and (iterator_finished(state_dict) or other_workers):
             super().load_state_dict({})
             self.batch_sampler.load_state_dict(sampler_state)
         else:
@@ -162,8 +154,8 @@ class CheckedBatches:
         except (RuntimeError, OSError, EOFError) as error:
             if isinstance(error, RuntimeError) and not str(error).startswith("DataLoader worker"):
                 raise
-            workers = getattr(self._batches, "_workers", [])
-            unregister_workers(self._batches)  # from here on, torch's SIGCHLD handler raises nothing for this pass
+            workers = worker_processes(self._batches)
+            unregister_worker_pids(self._batches)  # from here on, torch's SIGCHLD handler raises nothing for this pass
             if not isinstance(error, RuntimeError):  # a batch whose worker died before its shared memory was fetched
                 dead = dead_workers(workers)
                 if not dead:
@@ -171,7 +163,7 @@ class CheckedBatches:
                 error = RuntimeError(f"DataLoader worker (pid(s) {', '.join(str(w.pid) for w in dead)}) exited "
                                      f"before its batch was received: {type(error).__name__}: {error}")
             message = worker_death(self._split, workers, error)
-            stop_workers(self._batches)
+            shutdown_workers(self._batches, after_a_death=True)
             raise RuntimeError(message) from error
 
     def __len__(self) -> int:
@@ -198,27 +190,10 @@ def raising_iterator(error: BaseException) -> Any:
     traceback = error.__traceback__
     while traceback is not None:
         candidate = traceback.tb_frame.f_locals.get("self")
-        if callable(getattr(candidate, "_shutdown_workers", None)):
+        if shuts_down_workers(candidate):
             return candidate
         traceback = traceback.tb_next
     return None
-
-
-def unregister_workers(iterator: Any) -> None:
-    """Take the pids of ``iterator``'s workers out of torch's SIGCHLD handler, which raises for a dead registered
-    worker wherever the main thread is: a signal that arrives after the death was named would raise again, later,
-    in unrelated code."""
-    if getattr(iterator, "_worker_pids_set", False):
-        signal_handling._remove_worker_pids(id(iterator))
-        iterator._worker_pids_set = False
-
-
-def stop_workers(iterator: Any) -> None:
-    """Shut down the workers of a pass that lost one, their pids unregistered first (:func:`unregister_workers`)."""
-    unregister_workers(iterator)
-    shutdown = getattr(iterator, "_shutdown_workers", None)
-    if shutdown is not None:
-        shutdown()
 
 
 def worker_death(split: str, workers: list[Any], error: Exception) -> str:

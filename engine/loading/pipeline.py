@@ -21,16 +21,16 @@ from typing import Any
 from torch.utils.data import DataLoader
 from torchdata import nodes
 
+from engine.core.compat import (
+    batches_yielded,
+    iterator_finished,
+    live_iterator,
+    sampler_state_of,
+    single_process_state,
+    stop_pipeline,
+)
 from engine.loading.loader import KeepsDroppedPass, checked
-from engine.loading.state import ITERATOR_FINISHED, sampler_state_of
 from engine.sampling.base import EpochBatchSampler
-
-
-def loader_state(sampler_state: dict[str, Any], num_yielded: int, finished: bool) -> dict[str, Any]:
-    """A state in the layout torchdata's single-process ``StatefulDataLoader`` saves, so either loader loads it."""
-    return {"_index_sampler_state": sampler_state, "_sampler_iter_state": None, "_sampler_iter_yielded": num_yielded,
-            "_num_yielded": num_yielded, "_IterableDataset_len_called": None, "_shared_seed": None,
-            "fetcher_state": None, "dataset_state": None, ITERATOR_FINISHED: finished}
 
 
 class _FetchCollate:
@@ -99,24 +99,24 @@ class ThreadLoader(KeepsDroppedPass, DataLoader):
         self._sampler_lock = threading.Lock()
         self._pass_id = 0
         self._pending: dict[str, Any] | None = None  # a loaded or parked state, applied at the next iter()
-        self._delivered = loader_state(batch_sampler.state_dict(), 0, False)
+        self._delivered = single_process_state(batch_sampler.state_dict(), 0, False)
 
     def _dropped(self, iterator: Any) -> None:
         iterator.close()
-        if not self._delivered[ITERATOR_FINISHED] and self._pending is None:
+        if not iterator_finished(self._delivered) and self._pending is None:
             self._pending = self._delivered  # continue the dropped pass
 
     def __iter__(self) -> _ThreadPass:
-        current = self._iterator
+        current = live_iterator(self)
         if current is not None:
             current.close()  # an abandoned pass still counts as an epoch, as with num_workers=0
         pending, self._pending = self._pending, None
         if pending is not None:
             self.batch_sampler.load_state_dict(sampler_state_of(pending))  # after any set_epoch, as torchdata does
-        self._delivered = loader_state(self.batch_sampler.state_dict(), pending["_num_yielded"] if pending else 0,
+        self._delivered = single_process_state(self.batch_sampler.state_dict(), batches_yielded(pending),
                                        False)
         self.__dict__["_live_iterator"] = _ThreadPass(self)
-        return checked(self._iterator, self)  # rows left out by on_error='skip' reach dm.skipped here too
+        return checked(live_iterator(self), self)  # rows left out by on_error='skip' reach dm.skipped here too
 
     @property
     def delivered_epoch(self) -> int:
@@ -139,12 +139,12 @@ class ThreadLoader(KeepsDroppedPass, DataLoader):
                              f"loader.state_dict()")
         self.batch_sampler.check_state(sampler_state)
         self._stop_live_pass()
-        if state_dict.get(ITERATOR_FINISHED):
+        if iterator_finished(state_dict):
             self.batch_sampler.load_state_dict(sampler_state)
             self._pending = None
-            self._delivered = loader_state(self.batch_sampler.state_dict(), 0, True)
+            self._delivered = single_process_state(self.batch_sampler.state_dict(), 0, True)
         else:
-            self._pending = loader_state(dict(sampler_state), int(state_dict.get("_num_yielded", 0)), False)
+            self._pending = single_process_state(dict(sampler_state), batches_yielded(state_dict), False)
 
     def _stop_live_pass(self) -> None:
         current = self.__dict__.pop("_live_iterator", None)
@@ -174,7 +174,7 @@ class _ThreadPass(Iterator[Any]):
             node = nodes.PinMemory(node, snapshot_frequency=0)
         self.node: nodes.BaseNode | None = node
         node.reset()
-        self.num_yielded = loader._delivered["_num_yielded"]
+        self.num_yielded = batches_yielded(loader._delivered)
 
     def __next__(self) -> Any:
         retired = getattr(self.loader.batch_sampler, "_retired", None)
@@ -187,13 +187,14 @@ class _ThreadPass(Iterator[Any]):
             batch, sampler_state = next(self.node)
         except StopIteration:
             self.close()
-            self.loader._delivered = loader_state(self.loader.batch_sampler.state_dict(), self.num_yielded, True)
+            finished = self.loader.batch_sampler.state_dict()
+            self.loader._delivered = single_process_state(finished, self.num_yielded, True)
             raise
         except BaseException:
             self.close()
             raise
         self.num_yielded += 1
-        self.loader._delivered = loader_state(sampler_state, self.num_yielded, False)
+        self.loader._delivered = single_process_state(sampler_state, self.num_yielded, False)
         return batch
 
     def close(self) -> None:
@@ -203,18 +204,7 @@ class _ThreadPass(Iterator[Any]):
                 self.loader._pass_id += 1
         node, self.node = self.node, None
         if node is not None:
-            _shutdown(node)
+            stop_pipeline(node)
 
     def __len__(self) -> int:
         return len(self.loader)
-
-
-def _shutdown(node: nodes.BaseNode) -> None:
-    """Join the threads of a pipeline's nodes now (torchdata does it when they are garbage-collected)."""
-    while node is not None:
-        running = getattr(node, "_it", None)
-        while running is not None and not callable(getattr(running, "_shutdown", None)):
-            running = getattr(running, "_it", None)  # ParallelMapper keeps its threads one level down
-        if running is not None:
-            running._shutdown()
-        node = getattr(node, "source", None)

@@ -159,14 +159,6 @@ def check_global_batch(saved: Mapping[str, Any], current: Mapping[str, Any], key
     )
 
 
-def saved_num_workers(loader_state: Mapping[str, Any]) -> int:
-    """The number of worker processes of the loader that saved ``loader_state`` (torchdata's layout)."""
-    snapshot = loader_state.get("_snapshot")
-    if isinstance(snapshot, Mapping):
-        return int((snapshot.get("_main_snapshot") or {}).get("_num_workers", 0))
-    return 0
-
-
 class TrainPosition:
     """Where a module's training stands: its train loader once built, or a loaded state waiting for it.
 
@@ -213,15 +205,3 @@ class TrainPosition:
             loader.dataset.set_epoch(self._pending_epoch)
         loader.load_state_dict(pending)
         return loader
-
-
-ITERATOR_FINISHED = "_iterator_finished"
-"""torchdata's flag: the state was saved after the loader's pass ended."""
-
-
-def sampler_state_of(loader_state: Mapping[str, Any]) -> Any:
-    """The batch sampler's state inside a torchdata loader state (single- or multi-process layout), if any."""
-    snapshot = loader_state.get("_snapshot")
-    if isinstance(snapshot, Mapping):
-        loader_state = snapshot.get("_main_snapshot") or {}
-    return loader_state.get("_index_sampler_state")

@@ -24,6 +24,7 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 from engine.core.checks import check_int
+from engine.core.compat import forget_iterator, live_iterator, pass_finished, shutdown_workers, worker_processes
 
 _UNKNOWN = object()
 _STALE_WORKERS: weakref.WeakSet[DataLoader] = weakref.WeakSet()
@@ -108,8 +109,8 @@ def reach_epoch(loader: Any, epoch: int) -> None:
 
 def _restart_workers(loader: DataLoader, epoch: int, allowed: bool) -> bool:
     """Shut down persistent workers that hold a stale dataset; whether it did."""
-    iterator = getattr(loader, "_iterator", None)
-    if iterator is None or loader.num_workers == 0 or not getattr(iterator, "_workers", None):
+    iterator = live_iterator(loader)
+    if iterator is None or loader.num_workers == 0 or not worker_processes(iterator):
         _STALE_WORKERS.discard(loader)
         return False  # no live workers: the next iter() copies the dataset as it is now
     _STALE_WORKERS.add(loader)
@@ -123,16 +124,15 @@ def _restart_workers(loader: DataLoader, epoch: int, allowed: bool) -> bool:
                       f"epoch; they keep the dataset's old epoch until they are restarted. Call set_epoch between "
                       f"epochs, before iter(loader)", UserWarning, stacklevel=3)
         return False
-    iterator._shutdown_workers()
+    shutdown_workers(iterator)
     _STALE_WORKERS.discard(loader)
-    loader._iterator = None  # the next iter() starts workers from the updated dataset; samplers keep their state
+    forget_iterator(loader)  # the next iter() starts workers from the updated dataset; samplers keep their state
     return True
 
 
 def _epoch_finished(loader: DataLoader, iterator: Any) -> bool:
-    if getattr(iterator, "_finished", False):  # torchdata's iterators record a StopIteration
-        return True
-    try:  # finished when every planned batch was yielded (Lightning stops at len(loader), before StopIteration)
-        return iterator._num_yielded >= len(loader)
-    except TypeError:  # no length (IterableDataset): cannot tell, so do not drop prepared batches
-        return False
+    try:
+        planned = len(loader)
+    except TypeError:  # no length (IterableDataset): only a StopIteration tells, so do not drop prepared batches
+        planned = None
+    return pass_finished(iterator, planned)

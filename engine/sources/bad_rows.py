@@ -16,9 +16,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from torch.utils.data._utils.pin_memory import pin_memory
-
 from engine.core.checks import check_choice, check_int
+from engine.core.compat import pin_memory
 from engine.sources.transforms import TransformFailed
 
 ON_ERROR = ("raise", "skip", "warn")

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.core.checks import check_int
+from engine.core.compat import shutdown_workers, shuts_down_workers
 from engine.loading.config import DataLoaderConfig
 from engine.loading.factory import DataLoaderFactory
 from engine.tools.monitor import batch_counts
@@ -131,9 +132,10 @@ def measure_workers(dataset: Any, config: DataLoaderConfig, *, max_batches: int,
                 break
         seconds = time.perf_counter() - timed_from
     finally:
-        stop = getattr(iterator, "_shutdown_workers", None) or getattr(iterator, "close", None)
-        if stop is not None:
-            stop()
+        if shuts_down_workers(iterator):
+            shutdown_workers(iterator)
+        elif callable(getattr(iterator, "close", None)):  # a thread loader's pass
+            iterator.close()
     return WorkerMeasurement(config.num_workers, batches, samples, seconds, startup, config.num_threads, step_s)
 
 

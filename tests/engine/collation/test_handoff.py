@@ -285,7 +285,10 @@ def test_the_pipe_from_the_workers_holds_a_whole_inline_batch():
 
 def test_a_pipe_that_cannot_be_widened_warns_once(tmp_path):
     with open(tmp_path / "not-a-pipe", "w") as file:  # F_SETPIPE_SZ fails on a regular file
-        iterator = types.SimpleNamespace(_worker_result_queue=types.SimpleNamespace(_reader=file))
+        class Iterator:  # torch's iterator, as far as the pipe goes (weakly referenced, as torch's are)
+            _worker_result_queue = types.SimpleNamespace(_reader=file)
+
+        iterator = Iterator()
         with pytest.warns(RuntimeWarning, match=r"the pipe from the loader's workers could not be widened to 1048576 "
                                                 r"bytes \(.*\); batches cross 64 KiB at a time"):
             handoff.widen_result_pipe(iterator)
