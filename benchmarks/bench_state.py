@@ -26,8 +26,8 @@ from torch.utils.data import RandomSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from benchmarks._harness import OutputMismatch, best_seconds, check_same, result, token_lists
+from engine.core.compat import sampler_state_of
 from engine.datamodule.universal import UniversalDataModule
-from engine.loading.state import sampler_state_of
 from task_spec import TaskSpec
 
 NAME = "state"

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 from engine import UniversalDataModule
-from engine.loading.state import sampler_state_of
+from engine.core.compat import sampler_state_of
 from tests.distributed._data import SPEC, IdRows
 
 GLOBAL_BATCH = 8
