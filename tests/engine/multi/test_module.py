@@ -208,3 +208,35 @@ class TestMultiConfig:
         from engine import MultiDataLoader
 
         assert MultiDataLoader({"a": [1], "b": [2]}).config.choice_rng_seed == 0
+
+
+class TestCheckpointConfiguration:
+    """Lightning checkpoints keep the module's configuration; both modules rebuild from theirs and from old ones."""
+
+    def save(self, tmp_path, configuration):
+        path = tmp_path / "module.ckpt"
+        torch.save({"datamodule_hyper_parameters": configuration}, path)
+        return path
+
+    def test_a_multi_module_rebuilds_from_its_checkpoint(self, tmp_path):
+        dm = module(multi_config=MultiDataLoaderConfig(sampling_strategy="weighted", dataloader_weights=[3, 1]))
+        path = self.save(tmp_path, dict(dm.hparams_initial))
+        restored = MultiDataModule.load_from_checkpoint(path, train_data={"lm": tokens(), "img": Images(16)})
+        assert restored.multi_config == dm.multi_config and take(restored, 11) == take(dm, 11)
+
+    def test_configurations_saved_before_the_composite_still_load(self, tmp_path):
+        from engine.datamodule.options import checkpoint_configuration
+
+        leave_out = ("train_data", "tokenizer")
+        old_single = checkpoint_configuration({"task_spec": LM, "batch_size": 4, "multi_config": None}, leave_out)
+        single = UniversalDataModule.load_from_checkpoint(self.save(tmp_path, old_single), train_data=tokens())
+        assert single.train_config.batch_size == 4
+        old_multi = checkpoint_configuration({"task_spec": {"lm": LM, "img": SMALL_IMAGES}, "batch_size": 4,
+                                              "val_split": 0.25, "seed": 7,
+                                              "multi_config": MultiDataLoaderConfig(choice_rng_seed=123)}, leave_out)
+        path = self.save(tmp_path, old_multi)
+        with pytest.raises(ValueError, match=r"holds a module over several named datasets; load it with "
+                                             r"MultiDataModule.load_from_checkpoint"):
+            UniversalDataModule.load_from_checkpoint(path, train_data=tokens())
+        multi = MultiDataModule.load_from_checkpoint(path, train_data={"lm": tokens(), "img": Images(16)})
+        assert take(multi, 11) == take(module(), 11)  # the schedule it ran on: the module's seed, not 123
