@@ -2,7 +2,9 @@
 
 The order of an epoch is a pure function of (seed, epoch): iterating again gives the next epoch's order,
 ``set_epoch`` pins one, and ``state_dict`` is a few integers, so saving it every step costs nothing. A state saved
-on another number of ranks continues the rest of its epoch on this one (:mod:`engine.sampling.elastic`).
+on another number of ranks continues the rest of its epoch on this one (:mod:`engine.sampling.elastic`). The
+position is one :class:`~engine.sampling.position.PassState`; "Resume state" in ``docs/architecture.md`` describes
+it and the rest of a checkpoint.
 """
 
 from __future__ import annotations
@@ -56,7 +58,9 @@ class EpochBatchSampler(Sampler[list[int]]):
 
     Subclasses only say how an epoch is cut into batches, in :meth:`epoch_batches`, as a pure function of
     (seed, epoch, rank). Iterating again gives the next epoch; ``set_epoch`` pins one; ``state_dict`` is
-    (seed, epoch, position), so saving it every step costs microseconds and resuming is exact.
+    (seed, epoch, position), so saving it every step costs microseconds and resuming is exact. The position is a
+    :class:`~engine.sampling.position.PassState`, changed only by its transitions ("Resume state" in
+    ``docs/architecture.md``).
     """
 
     reseed_each_epoch = True
