@@ -63,7 +63,7 @@ class PassState:
     loaded_epoch: int | None = None
     """The epoch of a pass loaded part-way with no epoch pinned, until the caller pins one."""
     served: tuple[Segment, ...] = ()
-    """The parts of ``epoch`` served on other numbers of ranks before (:mod:`engine.sampling.elastic`)."""
+    """The parts of ``epoch`` served on other numbers of ranks before this pass (:mod:`engine.sampling.elastic`)."""
 
     def pinned(self, epoch: int) -> PassState:
         """The caller pinned ``epoch`` (its numbering) for the next pass. A pin past a pass loaded part-way means
