@@ -9,7 +9,7 @@ describes the whole of a checkpoint.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from engine.core.checks import check_int
@@ -65,18 +65,25 @@ class PassState:
     served: tuple[Segment, ...] = ()
     """The parts of ``epoch`` served on other numbers of ranks before this pass (:mod:`engine.sampling.elastic`)."""
 
+    def _with(self, **changes: Any) -> PassState:
+        """This value with ``changes``: ``dataclasses.replace`` without running ``__init__`` again, which would cost
+        a few microseconds on every batch (:meth:`advanced`)."""
+        changed = object.__new__(PassState)
+        changed.__dict__.update(self.__dict__, **changes)
+        return changed
+
     def pinned(self, epoch: int) -> PassState:
         """The caller pinned ``epoch`` (its numbering) for the next pass. A pin past a pass loaded part-way means
         the caller counted that pass as finished: the pass goes on, and later pins shift onto the data's epochs."""
         loaded = self.loaded_epoch
         if loaded is not None and epoch - self.offset > loaded:  # the loaded pass may already run, for a prefetch
-            return replace(self, pinned_epoch=epoch, loaded_epoch=None, offset=epoch - loaded)
+            return self._with(pinned_epoch=epoch, loaded_epoch=None, offset=epoch - loaded)
         offset = self.offset if epoch >= self.offset else 0  # a caller that restarted its count is followed
         data_epoch = epoch - offset
         if data_epoch != self.epoch:
-            return replace(self, epoch=data_epoch, resume=0, served=(), offset=offset, pinned_epoch=epoch,
+            return self._with(epoch=data_epoch, resume=0, served=(), offset=offset, pinned_epoch=epoch,
                            loaded_epoch=None)
-        return replace(self, resume=self.resume or 0, offset=offset, pinned_epoch=epoch, loaded_epoch=None)
+        return self._with(resume=self.resume or 0, offset=offset, pinned_epoch=epoch, loaded_epoch=None)
 
     def started(self) -> PassState:
         """A pass started (its first ``next()``): it serves ``epoch`` from ``resume``, or the following epoch."""
@@ -85,16 +92,16 @@ class PassState:
         else:
             epoch, start, served = self.epoch, self.resume, self.served
         loaded = self.loaded_epoch if self.loaded_epoch == epoch and (start or served) else None
-        return replace(self, epoch=epoch, position=start, resume=None, served=served, pinned_epoch=None,
+        return self._with(epoch=epoch, position=start, resume=None, served=served, pinned_epoch=None,
                        loaded_epoch=loaded)
 
     def advanced(self, position: int) -> PassState:
         """The pass handed out its batch ``position - 1``: ``position`` batches of its epoch are out."""
-        return replace(self, position=position)
+        return self._with(position=position)
 
     def finished(self, epoch: int) -> PassState:
         """The pass over ``epoch`` served its last batch and ended: the next pass starts the following epoch."""
-        return replace(self, epoch=epoch + 1, position=0, resume=self.resume or 0, served=())
+        return self._with(epoch=epoch + 1, position=0, resume=self.resume or 0, served=())
 
     def loaded(self, saved: PassState, count: int) -> PassState:
         """Continue from ``saved`` (a value of :meth:`at`), a pass of ``count`` batches on this sampler's ranks.
