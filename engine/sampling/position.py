@@ -66,8 +66,8 @@ class PassState:
     """The parts of ``epoch`` served on other numbers of ranks before this pass (:mod:`engine.sampling.elastic`)."""
 
     def _with(self, **changes: Any) -> PassState:
-        """This value with ``changes``: ``dataclasses.replace`` without running ``__init__`` again, which would cost
-        a few microseconds on every batch (:meth:`advanced`)."""
+        """This value with ``changes``: ``dataclasses.replace`` without running ``__init__`` again, the costly part,
+        since :meth:`advanced` runs on every batch."""
         changed = object.__new__(PassState)
         changed.__dict__.update(self.__dict__, **changes)
         return changed
