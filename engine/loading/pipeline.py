@@ -177,7 +177,7 @@ class _ThreadPass(Iterator[Any]):
         self.num_yielded = batches_yielded(loader._delivered)
 
     def __next__(self) -> Any:
-        retired = getattr(self.loader.batch_sampler, "_retired", None)
+        retired = getattr(self.loader.batch_sampler, "retired", None)
         if retired is not None:  # the module loaded another state: prefetched batches are stale
             self.close()
             raise RuntimeError(retired)

@@ -4,6 +4,9 @@
 A state is only loaded into a module whose data, seed and splits match; otherwise a resumed run would
 silently train on other rows, so loading raises and names what differs. Map-style data resume elastically: on
 another number of ranks or workers, with the same global batch (:mod:`engine.sampling.elastic`).
+
+"Resume state" in ``docs/architecture.md`` describes a whole checkpoint: these keys, the loader's state and the
+sampler's (:class:`engine.sampling.position.PassState`).
 """
 
 from __future__ import annotations

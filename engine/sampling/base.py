@@ -2,7 +2,9 @@
 
 The order of an epoch is a pure function of (seed, epoch): iterating again gives the next epoch's order,
 ``set_epoch`` pins one, and ``state_dict`` is a few integers, so saving it every step costs nothing. A state saved
-on another number of ranks continues the rest of its epoch on this one (:mod:`engine.sampling.elastic`).
+on another number of ranks continues the rest of its epoch on this one (:mod:`engine.sampling.elastic`). The
+position is one :class:`~engine.sampling.position.PassState`; "Resume state" in ``docs/architecture.md`` describes
+it and the rest of a checkpoint.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from engine.core.checks import check_int
 from engine.core.rng import batch_seed
 from engine.sampling import elastic
 from engine.sampling.epochs import set_epoch as set_loader_epoch
+from engine.sampling.position import PassState
 
 
 class BatchIndices(list):
@@ -55,7 +58,9 @@ class EpochBatchSampler(Sampler[list[int]]):
 
     Subclasses only say how an epoch is cut into batches, in :meth:`epoch_batches`, as a pure function of
     (seed, epoch, rank). Iterating again gives the next epoch; ``set_epoch`` pins one; ``state_dict`` is
-    (seed, epoch, position), so saving it every step costs microseconds and resuming is exact.
+    (seed, epoch, position), so saving it every step costs microseconds and resuming is exact. The position is a
+    :class:`~engine.sampling.position.PassState`, changed only by its transitions ("Resume state" in
+    ``docs/architecture.md``).
     """
 
     reseed_each_epoch = True
@@ -63,15 +68,8 @@ class EpochBatchSampler(Sampler[list[int]]):
 
     def __init__(self, *, seed: int = 0) -> None:
         self.seed = seed
-        self._epoch = 0
-        self._fresh = True  # the next iteration uses self._epoch as is; otherwise it advances first
-        self._pinned: int | None = None  # the epoch set_epoch() asked for (callers' numbering), until iter()
-        self._offset = 0  # callers' epoch minus the data epoch: nonzero after resuming a pass they counted as done
-        self._loaded_pass: int | None = None  # the epoch of a loaded mid-epoch pass, until a caller pins an epoch
-        self._position = 0
-        self._resume_position = 0
+        self._pass = PassState()  # every change of position is one of its transitions
         self._cache: tuple[Any, list[list[int]]] | None = None
-        self._served: tuple[int, tuple[elastic.Segment, ...]] = (0, ())  # (epoch, its parts served on other ranks)
         self.sampler = EpochHandle(self)
         self._retired: str | None = None
 
@@ -79,14 +77,11 @@ class EpochBatchSampler(Sampler[list[int]]):
         """This rank's batches of ``epoch``, in order. Must depend only on (seed, epoch) and the options."""
         raise NotImplementedError
 
-    def _segments(self, epoch: int) -> tuple[elastic.Segment, ...]:
-        """The parts of ``epoch`` served on another number of ranks before this pass (empty: a whole epoch)."""
-        return self._served[1] if self._served[0] == epoch else ()
-
-    def _batches(self, epoch: int, segments: tuple[elastic.Segment, ...] | None = None) -> list[list[int]]:
-        key = (epoch, self._segments(epoch) if segments is None else segments)
+    def _batches(self, epoch: int, served: tuple[elastic.Segment, ...]) -> list[list[int]]:
+        """This rank's batches of ``epoch`` after the parts ``served`` on other numbers of ranks (cached)."""
+        key = (epoch, served)
         if self._cache is None or self._cache[0] != key:
-            batches = elastic.pass_batches(self, epoch, key[1]) if key[1] else self.epoch_batches(epoch)
+            batches = elastic.pass_batches(self, epoch, served) if served else self.epoch_batches(epoch)
             self._cache = (key, batches)
         return self._cache[1]
 
@@ -98,53 +93,44 @@ class EpochBatchSampler(Sampler[list[int]]):
     @property
     def epoch(self) -> int:
         """The epoch the current (or next) iteration draws its order from."""
-        return self._epoch
+        return self._pass.epoch
+
+    @property
+    def retired(self) -> str | None:
+        """Why iterators over this sampler raise (see :meth:`retire`), or None while it serves."""
+        return self._retired
 
     def set_epoch(self, epoch: int) -> None:
         """Pin the epoch of the next iteration (Lightning and distributed loops call this each epoch).
 
         After a resume whose saved pass the caller had already counted as finished (Lightning stopping at
         ``max_steps`` mid-epoch), the caller's epochs run one ahead of the data's; the offset is kept in the
-        state, so ``set_epoch(e)`` then means data epoch ``e - offset`` and the run continues as if uninterrupted.
+        state, so ``set_epoch(e)`` then means data epoch ``e - offset`` and the run continues as if uninterrupted
+        (:meth:`PassState.pinned <engine.sampling.position.PassState.pinned>`).
         """
-        epoch = check_int("epoch", epoch, minimum=0)
-        self._pinned = epoch
-        loaded, self._loaded_pass = self._loaded_pass, None
-        if loaded is not None and epoch - self._offset > loaded:  # as in load_state_dict, when set after the load
-            self._offset = epoch - loaded  # the loaded pass goes on (it may already be running, to fill a prefetch)
-            return
-        if epoch < self._offset:  # the caller restarted its count: follow it
-            self._offset = 0
-        if epoch - self._offset != self._epoch:
-            self._resume_position, self._served = 0, (0, ())
-        self._epoch = epoch - self._offset
-        self._fresh = True
+        self._pass = self._pass.pinned(check_int("epoch", epoch, minimum=0))
 
     def __len__(self) -> int:
         """This rank's batches of the current epoch. After an elastic resume, the steps served on other ranks count
         too, as the caller's (Lightning's) restored step count within the epoch does."""
-        return sum(position for _, position in self._segments(self._epoch)) + len(self._batches(self._epoch))
+        elsewhere = sum(position for _, position in self._pass.served)
+        return elsewhere + len(self._batches(self._pass.epoch, self._pass.served))
 
     def __iter__(self) -> Iterator[BatchIndices]:
         # Bookkeeping runs lazily, on the first next(): torchdata creates iterators it never consumes.
         # An iteration abandoned part-way still counts as an epoch, so the next one gets a new order.
-        if not self._fresh:
-            self._epoch += 1
-        self._fresh, self._pinned = False, None
-        epoch, start = self._epoch, self._resume_position
-        if epoch != self._loaded_pass or not (start or self._segments(epoch)):
-            self._loaded_pass = None
-        self._resume_position = 0
-        batches = self._batches(epoch)
+        self._pass = self._pass.started()
+        epoch, start = self._pass.epoch, self._pass.position
+        batches = self._batches(epoch, self._pass.served)
         for position in range(start, len(batches)):
             if self._retired is not None:
                 raise RuntimeError(self._retired)
             batch = BatchIndices(batches[position])
             batch.epoch = epoch if self.reseed_each_epoch else 0
             batch.rng_seed = batch_seed(self.seed, batch.epoch, batch)
-            self._position = position + 1
+            self._pass = self._pass.advanced(position + 1)
             yield batch
-        self._epoch, self._position, self._fresh, self._served = epoch + 1, 0, True, (0, ())
+        self._pass = self._pass.finished(epoch)
 
     def retire(self, reason: str) -> None:
         """Make iterators still running over this sampler raise ``reason`` instead of yielding stale batches."""
@@ -153,16 +139,17 @@ class EpochBatchSampler(Sampler[list[int]]):
     def state_dict(self) -> dict[str, Any]:
         """Where the sampler stands: seed, the epoch of the next batch, batches already yielded in it, and the
         offset of the callers' epoch numbering (see :meth:`set_epoch`); for samplers that can resume on another
-        number of ranks, also that number, the global batch and the parts of the epoch served on other ranks."""
-        state = {"seed": self.seed, "epoch": self._epoch, "position": self._position, "epoch_offset": self._offset}
+        number of ranks, also that number, the global batch and the parts of the epoch served on other ranks.
+        "Resume state" in ``docs/architecture.md`` describes it."""
+        state = {"seed": self.seed, **self._pass.as_state()}
         if self.is_elastic:
             state.update(num_replicas=self.num_replicas, global_batch=elastic.global_batch(self),
-                         served=[list(segment) for segment in self._segments(self._epoch)])
+                         served=[list(segment) for segment in self._pass.served])
         return state
 
-    def check_state(self, state: Any) -> tuple[int, int, int, tuple[elastic.Segment, ...]]:
-        """``(epoch, position, epoch_offset, served segments)`` of a saved state on this sampler's ranks, after
-        checking its keys, types and ranges. A state from another number of ranks becomes the rest of its epoch."""
+    def check_state(self, state: Any) -> PassState:
+        """The saved position of ``state`` on this sampler's ranks, after checking its keys, types and ranges. A
+        state from another number of ranks becomes the rest of its epoch."""
         if not isinstance(state, dict):
             raise TypeError(f"sampler state should be a dict from state_dict(), but got {type(state).__name__}")
         missing = {"seed", "epoch", "position"} - set(state)
@@ -173,9 +160,7 @@ class EpochBatchSampler(Sampler[list[int]]):
                 f"sampler state was saved with seed={state['seed']}, but this sampler has seed={self.seed}; "
                 f"resuming would visit a different order. Build the loader with seed={state['seed']}"
             )
-        epoch = check_int("sampler state's epoch", state["epoch"], minimum=0)
-        position = check_int("sampler state's position", state["position"], minimum=0)
-        offset = check_int("sampler state's epoch_offset", state.get("epoch_offset", 0), minimum=0)
+        saved = PassState.from_state(state)
         replicas = getattr(self, "num_replicas", 1)
         saved_replicas = check_int("sampler state's num_replicas", state.get("num_replicas", replicas), minimum=1)
         segments: tuple[elastic.Segment, ...] = ()
@@ -186,37 +171,21 @@ class EpochBatchSampler(Sampler[list[int]]):
             raise ValueError(f"sampler state was saved on {saved_replicas} ranks, but this {type(self).__name__} has "
                              f"num_replicas={replicas} and cannot resume on another number of ranks; resume with "
                              f"num_replicas={saved_replicas}")
+        epoch, position, offset = saved.epoch, saved.position, saved.offset
         count = len(self._batches(epoch, segments) if saved_replicas == replicas else
                     elastic.pass_batches(self, epoch, segments, num_replicas=saved_replicas, rank=0))
         if position > count:
             raise ValueError(f"sampler state's position should be at most the {count} batches of epoch {epoch}, "
                              f"but got position={position}; the state was saved from other data or options")
         if saved_replicas == replicas:
-            return epoch, position, offset, segments
+            return PassState.at(epoch, position, offset, segments)
         if position == count:  # the saved pass had ended: the epoch is over on any number of ranks
-            return epoch, len(self._batches(epoch, ())), offset, ()
-        return epoch, 0, offset, segments + ((saved_replicas, position),) if position else segments
+            return PassState.at(epoch, len(self._batches(epoch, ())), offset)
+        return PassState.at(epoch, 0, offset, segments + ((saved_replicas, position),) if position else segments)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state``: the next iteration resumes its epoch at the saved position (saved on another
-        number of ranks: with the rows of the epoch not served yet, dealt to this sampler's ranks)."""
-        self._epoch, self._resume_position, self._offset, segments = self.check_state(state)
-        self._served = (self._epoch, segments)
-        count = len(self._batches(self._epoch))
-        part_way = (self._resume_position > 0 or bool(segments)) and self._resume_position < count
-        if self._pinned is not None and self._pinned - self._offset != self._epoch:
-            # torchdata applies a loaded state lazily, at iter(), after the caller's set_epoch for this run.
-            if part_way and self._pinned > self._epoch:
-                # A pass saved part-way that the caller counts as done (Lightning advances its epoch when it stops
-                # at max_steps): finish the pass, and shift the caller's later epochs onto the data's.
-                self._offset = self._pinned - self._epoch
-            elif self._pinned - self._offset > self._epoch:  # a later epoch pinned at a boundary wins
-                self._epoch, self._resume_position, part_way = self._pinned - self._offset, 0, False
-        elif self._pinned is None and self._resume_position >= count:
-            # Saved after the epoch's last batch was handed out (worker snapshots are taken then, before the
-            # epoch completes) and no caller pinned an epoch: go on with the next epoch, not an empty pass.
-            # A caller that pinned this very epoch (a multi-loader finishing a child's pass) gets the empty rest.
-            self._epoch, self._resume_position = self._epoch + 1, 0
-        self._position = self._resume_position
-        self._fresh = True
-        self._loaded_pass = self._epoch if part_way and self._pinned is None else None
+        number of ranks: with the rows of the epoch not served yet, dealt to this sampler's ranks), read against
+        the epoch a caller pinned (:meth:`PassState.loaded <engine.sampling.position.PassState.loaded>`)."""
+        saved = self.check_state(state)
+        self._pass = self._pass.loaded(saved, len(self._batches(saved.epoch, saved.served)))

@@ -90,7 +90,7 @@ class SeededBatchSampler(EpochBatchSampler):
         return self.batches_of(self.epoch_order(epoch), epoch, self.num_replicas, self.rank, self.batch_size)
 
     def __len__(self) -> int:  # without computing an epoch's order, unless the epoch is the rest of a resumed one
-        if self._segments(self._epoch):
+        if self._pass.served:
             return super().__len__()
         rows = rows_per_rank(self.num_samples, self.num_replicas, self.uneven)
         return rows // self.batch_size if self.drop_last else math.ceil(rows / self.batch_size)
