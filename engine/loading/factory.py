@@ -1,4 +1,4 @@
-"""DataLoaderFactory: the one place where batch samplers and ``torchdata`` StatefulDataLoaders are built.
+"""DataLoaderFactory: the one place where batch samplers and loaders (:class:`ResumableLoader`) are built.
 
 Stage 4 of a batch's path: a source (stage 1, split in stage 2) and a sampler (stage 3) become a resumable,
 reproducible loader whose collate function (stage 5) gets each batch's seed.
@@ -14,15 +14,14 @@ from typing import Any
 
 import torch
 from torch.utils.data import BatchSampler, IterableDataset, Sampler, SequentialSampler
-from torchdata.stateful_dataloader import StatefulDataLoader
 
 from collators.default import DefaultCollator
 from engine.collation.handoff import WorkerCollate
 from engine.collation.seeded_collate import SeededCollate
 from engine.core.rng import derive_seed, generator_from, seed_worker
 from engine.loading.config import DataLoaderConfig
-from engine.loading.loader import PassAwareLoader, ResumableLoader
-from engine.loading.pipeline import ThreadLoader
+from engine.loading.loader import ResumableLoader
+from engine.loading.pipeline import Threads
 from engine.sampling.base import EpochBatchSampler, EpochHandle
 from engine.sampling.eval import ShardedEvalBatchSampler
 from engine.sampling.length import LengthGroupedBatchSampler, TokenBudgetBatchSampler
@@ -37,7 +36,8 @@ class DataLoaderFactory:
 
     Map-style data is adapted to a source with batched fetch and sampled by a
     :class:`engine.sampling.seeded.SeededBatchSampler` (new seeded order each epoch, resumable state);
-    the loader is a ``torchdata.stateful_dataloader.StatefulDataLoader``.
+    the loader is a :class:`engine.loading.loader.ResumableLoader` (torchdata's ``StatefulDataLoader``) whose
+    executor loads in this process, in worker processes (``num_workers``) or in background threads (``num_threads``).
 
     Example:
         >>> import torch
@@ -57,7 +57,7 @@ class DataLoaderFactory:
         rank: int = 0,
         num_replicas: int = 1,
         uneven: str = "pad",
-    ) -> StatefulDataLoader:
+    ) -> ResumableLoader:
         """Build a loader over ``dataset`` (map-style or iterable) configured by ``config``.
 
         ``batch_sampler`` replaces the seeded sampler (its own order is then used as it is); ``rank`` and
@@ -91,8 +91,7 @@ class DataLoaderFactory:
                     "(e.g. datasets' IterableDataset.shuffle(seed=..., buffer_size=...)) and pass shuffle=False"
                 )
             check_picklable(dataset, collate, kwargs)
-            loader_class = PassAwareLoader if callable(getattr(dataset, "begin_pass", None)) else StatefulDataLoader
-            return loader_class(dataset, batch_size=config.batch_size, drop_last=config.drop_last, **common)
+            return ResumableLoader(dataset, batch_size=config.batch_size, drop_last=config.drop_last, **common)
         source = as_source(dataset)
         if collate.reads_columns and isinstance(source, ColumnarSource):  # fetched as columns, padded from them
             source = source.handing_columns()
@@ -113,7 +112,7 @@ class DataLoaderFactory:
 
     def train_dataloader(self, source: Any, config: DataLoaderConfig, *, batching: str = "plain",
                          max_tokens: int | None = None, key: str | None = None, rank: int = 0, num_replicas: int = 1,
-                         uneven: str = "pad") -> StatefulDataLoader:
+                         uneven: str = "pad") -> ResumableLoader:
         """A training loader over ``source`` with the sampler of ``batching`` (a stream keeps its own order)."""
         sampler = None if isinstance(source, IterableDataset) else batch_sampler_for(
             source, batching=batching, batch_size=config.batch_size, max_tokens=max_tokens, key=key,
@@ -123,7 +122,7 @@ class DataLoaderFactory:
                                       uneven=uneven)
 
     def eval_dataloader(self, source: Any, config: DataLoaderConfig, *, role: str = "val", rank: int = 0,
-                        num_replicas: int = 1) -> StatefulDataLoader:
+                        num_replicas: int = 1) -> ResumableLoader:
         """A loader that reads every row of ``source`` once across ranks, in storage order.
 
         Prediction uses torch's own ``BatchSampler``, which Lightning wraps to track prediction indices.
@@ -156,14 +155,15 @@ def batch_sampler_for(source: Any, *, batching: str, batch_size: int, seed: int,
 
 
 def _map_loader(source: Any, sampler: Sampler[list[int]], config: DataLoaderConfig, common: dict[str, Any]
-                ) -> StatefulDataLoader | ThreadLoader:
-    """The loader of map-style data: background threads (``num_threads``) when the sampler is one of the engine's
-    resumable ones, else torchdata's loader. Prediction keeps torch's ``BatchSampler``, which Lightning wraps to
-    track indices, so it loads on the step's path."""
+                ) -> ResumableLoader:
+    """The loader of map-style data, with the executor of ``config``: background threads (``num_threads``) when the
+    sampler is one of the engine's resumable ones, else torchdata's iterators (in this process, or in worker
+    processes). Prediction keeps torch's ``BatchSampler``, which Lightning wraps to track indices, so it loads on
+    the step's path."""
     if config.num_threads and isinstance(sampler, EpochBatchSampler):
-        return ThreadLoader(source, batch_sampler=sampler, collate_fn=common["collate_fn"],
-                            num_threads=config.num_threads, prefetch_factor=config.prefetch_factor or 2,
-                            pin_memory=common["pin_memory"])
+        threads = Threads(config.num_threads, config.prefetch_factor or 2)
+        return ResumableLoader(source, batch_sampler=sampler, collate_fn=common["collate_fn"], num_workers=0,
+                               pin_memory=common["pin_memory"], executor=threads)
     return ResumableLoader(source, batch_sampler=sampler, **common)
 
 

@@ -1,17 +1,26 @@
-"""The loader classes the factory builds: torchdata's ``StatefulDataLoader``, with the two things it lacks here.
+"""The engine's one loader: torchdata's ``StatefulDataLoader``, whose batches an executor makes.
 
-``ResumableLoader`` keeps the position of a pass whose iterator a framework dropped (Lightning does at the end of
-``fit``), records the rows its source left out (``on_error='skip'``) and names a worker that died, and
-``PassAwareLoader`` tells a stream, in the parent process, that a pass starts.
+Two executors share one protocol (:class:`Executor`): :class:`TorchdataIterators`, torchdata's own iterators, which
+load in this process (``num_workers=0``) or in ``num_workers`` worker processes, and
+:class:`engine.loading.pipeline.Threads`, a ``torchdata.nodes`` pipeline in background threads of this process
+(``num_threads``). The loader adds what every executor needs:
+
+- a pass whose iterator a framework dropped continues at the next ``iter`` (Lightning ends ``fit`` by setting
+  ``loader._iterator = None``; the position is kept rather than answered by a new pass);
+- the rows its source left out (``on_error='skip'``) are recorded, and a worker that died is named;
+- a stream is told, in this (the parent) process, that a pass starts, and the ranks of a sharded stream end their
+  pass together.
 """
 
 from __future__ import annotations
 
 import signal
 import time
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 import torch.distributed as dist
+from torch.utils.data import IterableDataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from engine.collation.handoff import widen_result_pipe
@@ -31,87 +40,153 @@ from engine.core.distributed import stop_together
 from engine.sources.bad_rows import SkipReport, WithSkippedRows
 
 
-class KeepsDroppedPass(WatchesItsIterator):
-    """A loader that sees Lightning drop its pass (the iterator set to None at the end of ``fit``) and keeps the
-    position in :meth:`_dropped`; with the skipped-rows record of its loads."""
+class Executor(Protocol):
+    """How a :class:`ResumableLoader`'s batches are made, and the position of its pass kept.
+
+    An executor serves the one loader it is attached to; the loader calls it for each of these and adds the rest
+    (skipped rows, worker deaths, a stream's pass).
+    """
+
+    def attach(self, loader: ResumableLoader) -> None:
+        """Serve ``loader`` (called once, when the loader is built); raise if it cannot."""
+
+    def start_pass(self) -> Iterator[Any]:
+        """The iterator of a new pass, or of the pass a loaded or dropped state continues."""
+
+    def dropped(self, iterator: Any) -> None:
+        """A framework dropped ``iterator`` (the live pass): keep its position for the next ``start_pass``."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position after the last batch handed to the caller."""
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Continue from ``state_dict`` at the next ``start_pass``."""
+
+
+class ResumableLoader(WatchesItsIterator, StatefulDataLoader):
+    """A ``StatefulDataLoader`` whose batches ``executor`` makes, and whose position survives its iterator being
+    dropped.
+
+    Args:
+        dataset: a source (map-style, sampled by ``batch_sampler``) or a stream (an ``IterableDataset``).
+        executor: :class:`TorchdataIterators` (the default: in this process, or in ``num_workers`` processes) or
+            :class:`engine.loading.pipeline.Threads`.
+        **kwargs: ``StatefulDataLoader``'s.
+
+    Example:
+        >>> import torch
+        >>> from torch.utils.data import TensorDataset
+        >>> from engine import DataLoaderConfig, DataLoaderFactory
+        >>> loader = DataLoaderFactory().create_dataloader(TensorDataset(torch.arange(10.0)),
+        ...                                                DataLoaderConfig(batch_size=4, num_threads=1))
+        >>> type(loader.executor).__name__, [len(batch[0]) for batch in loader]
+        ('Threads', [4, 4, 2])
+    """
 
     skipped: SkipReport | None = None
     """Where the rows its source leaves out are recorded (the module's ``dm.skipped``; one of its own if unset)."""
 
-
-class ResumableLoader(KeepsDroppedPass, StatefulDataLoader):
-    """A ``StatefulDataLoader`` whose position survives its iterator being dropped.
-
-    Lightning ends ``fit`` by shutting the workers down and setting ``loader._iterator = None``. torchdata would
-    then answer ``state_dict()`` by starting a new iterator, whose state is a new pass (with workers, one whose
-    sampler already ran ahead to fill the prefetch queue), so a checkpoint taken after ``Trainer.fit(max_steps=...)``
-    would lose the position. The dropped iterator's state is kept instead: ``state_dict()`` reports it, and the
-    next iteration continues that pass. Replacing the iterator by iterating again is not dropping it: an
-    abandoned pass of a plain loop still counts as an epoch.
-    """
-
-    _parked: dict[str, Any] | None = None
-
-    def _dropped(self, iterator: Any) -> None:
-        self._parked = iterator.state_dict()
+    def __init__(self, dataset: Any, *, executor: Executor | None = None, **kwargs: Any) -> None:
+        super().__init__(dataset, **kwargs)
+        self.is_stream = isinstance(dataset, IterableDataset)
+        self.executor = executor if executor is not None else TorchdataIterators()
+        self.executor.attach(self)
 
     def __iter__(self) -> Any:
+        begin_pass = getattr(self.dataset, "begin_pass", None)
+        if callable(begin_pass):  # state such as the epoch that worker processes share is set here, never in them
+            begin_pass()
+        batches = self.executor.start_pass()
+        if self.is_stream:  # its rows are not counted, and the ranks of a sharded stream end the pass together
+            sharded = getattr(self.dataset, "world_size", 1) > 1 and dist.is_available() and dist.is_initialized()
+            return stop_together(batches) if sharded else batches
+        return checked(batches, self)
+
+    def _dropped(self, iterator: Any) -> None:
+        self.executor.dropped(iterator)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.executor.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Continue from ``state_dict`` (from :meth:`state_dict`) at the next ``iter``; the sampler's part is
+        checked now rather than at the first batch."""
+        self.executor.load_state_dict(state_dict)
+
+    @property
+    def delivered_epoch(self) -> int | None:
+        """The epoch of the position :meth:`state_dict` reports, where the sampler itself may have run ahead
+        (threads); None where the sampler's own epoch is that position."""
+        return getattr(self.executor, "delivered_epoch", None)
+
+
+class TorchdataIterators:
+    """torchdata's iterators: the batches are loaded in this process (``num_workers=0``) or in the loader's
+    ``num_workers`` worker processes.
+
+    A dropped pass is kept as its iterator's state: torchdata would answer ``state_dict()`` by starting a new
+    iterator, whose state is a new pass (with workers, one whose sampler already ran ahead to fill the prefetch
+    queue), so a checkpoint taken after ``Trainer.fit(max_steps=...)`` would lose the position. Replacing the
+    iterator by iterating again is not dropping it: an abandoned pass of a plain loop still counts as an epoch.
+    A stream's pass is not kept: its position lives in the stream.
+    """
+
+    def __init__(self) -> None:
+        self._parked: dict[str, Any] | None = None
+        self.loader: Any = None
+
+    def attach(self, loader: ResumableLoader) -> None:
+        self.loader = loader
+
+    def start_pass(self) -> Iterator[Any]:
+        loader = self.loader
         parked, self._parked = self._parked, None
-        if live_iterator(self) is None and parked is not None and self.next_iter_state is None \
+        if live_iterator(loader) is None and parked is not None and loader.next_iter_state is None \
                 and not iterator_finished(parked):
-            self.next_iter_state = parked  # continue the dropped pass (a finished one: the next epoch follows)
+            loader.next_iter_state = parked  # continue the dropped pass (a finished one: the next epoch follows)
         try:
-            batches = super().__iter__()
+            batches = StatefulDataLoader.__iter__(loader)
         except RuntimeError as error:  # a worker died while the pass started its workers (torch's SIGCHLD handler)
             if not str(error).startswith("DataLoader worker"):
                 raise
             shutdown_workers(raising_iterator(error), after_a_death=True)
-            raise RuntimeError(worker_death(getattr(self.dataset, "role", "data"), [], error)) from error
+            raise RuntimeError(worker_death(getattr(loader.dataset, "role", "data"), [], error)) from error
         widen_result_pipe(batches)
-        return checked(batches, self)
+        return batches
+
+    def dropped(self, iterator: Any) -> None:
+        if not self.loader.is_stream:
+            self._parked = iterator.state_dict()
 
     def state_dict(self) -> dict[str, Any]:
-        if live_iterator(self) is None and self._parked is not None and self.next_iter_state is None:
+        loader = self.loader
+        if live_iterator(loader) is None and self._parked is not None and loader.next_iter_state is None:
             return self._parked
-        return super().state_dict()
+        return StatefulDataLoader.state_dict(loader)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """torchdata's, with the sampler's part checked now rather than at the first batch, and a state saved
-        after its pass ended applied to the sampler alone: torchdata would build an iterator for it, see it
-        finished and build another, and with workers the first has already drawn from the sampler, which would
-        skip an epoch. The sampler's state says all there is: the next epoch, from its start. So does a state saved
-        with another number of workers (the sampler runs here, in the parent; torchdata would refuse it): the
-        workers start fresh and the sampler continues."""
+        """torchdata's, with a state saved after its pass ended applied to the sampler alone: torchdata would
+        build an iterator for it, see it finished and build another, and with workers the first has already drawn
+        from the sampler, which would skip an epoch. The sampler's state says all there is: the next epoch, from
+        its start. So does a state saved with another number of workers (the sampler runs here, in the parent;
+        torchdata would refuse it): the workers start fresh and the sampler continues."""
+        loader = self.loader
         sampler_state = sampler_state_of(state_dict) if isinstance(state_dict, dict) else None
-        check = getattr(self.batch_sampler, "check_state", None)
+        check = getattr(loader.batch_sampler, "check_state", None)
         if sampler_state is not None and check is not None:
             check(sampler_state)
-        other_workers = sampler_state is not None and saved_num_workers(state_dict) != self.num_workers
+        other_workers = sampler_state is not None and saved_num_workers(state_dict) != loader.num_workers
         if other_workers and steps_since_snapshot(state_dict):
             workers = saved_num_workers(state_dict)
             raise ValueError(f"the loader state was saved with num_workers={workers} and "
                              f"{steps_since_snapshot(state_dict)} steps after its last snapshot; it can only resume "
                              f"with num_workers={workers}; pass num_workers={workers} to resume it")
         if sampler_state is not None and check is not None and (iterator_finished(state_dict) or other_workers):
-            super().load_state_dict({})
-            self.batch_sampler.load_state_dict(sampler_state)
+            StatefulDataLoader.load_state_dict(loader, {})
+            loader.batch_sampler.load_state_dict(sampler_state)
         else:
-            super().load_state_dict(state_dict)
+            StatefulDataLoader.load_state_dict(loader, state_dict)
         self._parked = None
-
-
-class PassAwareLoader(StatefulDataLoader):
-    """A loader that tells its iterable dataset, in this (the parent) process, that a pass starts: state such as
-    the epoch that ``datasets`` shares with worker processes must be set here, never in the workers. When the
-    dataset is one rank's share of a stream, every rank ends the pass together (see ``stop_together``)."""
-
-    def __iter__(self) -> Any:
-        self.dataset.begin_pass()
-        batches = super().__iter__()
-        widen_result_pipe(batches)
-        if getattr(self.dataset, "world_size", 1) > 1 and dist.is_available() and dist.is_initialized():
-            return stop_together(batches)
-        return batches
 
 
 def checked(batches: Any, loader: Any) -> Any:

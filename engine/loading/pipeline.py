@@ -1,4 +1,4 @@
-"""The thread loader: fetch and collate in a background thread of this process, off the training step's path.
+"""The thread executor: fetch and collate in background threads of this process, off the training step's path.
 
 A ``torchdata.nodes`` pipeline (the batch sampler -> fetch + collate in a :class:`~torchdata.nodes.Mapper` run by
 a :class:`~torchdata.nodes.Prefetcher` thread, or a thread :class:`~torchdata.nodes.ParallelMapper` for several
@@ -18,7 +18,6 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from torch.utils.data import DataLoader
 from torchdata import nodes
 
 from engine.core.compat import (
@@ -29,7 +28,6 @@ from engine.core.compat import (
     single_process_state,
     stop_pipeline,
 )
-from engine.loading.loader import KeepsDroppedPass, checked
 from engine.sampling.base import EpochBatchSampler
 
 
@@ -54,18 +52,18 @@ class _SampledBatches:
     is handed on: a ``set_epoch`` the caller makes after the last batch never meets the thread in the sampler.
     """
 
-    def __init__(self, loader: ThreadLoader, pass_id: int) -> None:
-        self.loader, self.pass_id = loader, pass_id
+    def __init__(self, threads: Threads, sampler: EpochBatchSampler, pass_id: int) -> None:
+        self.threads, self.sampler, self.pass_id = threads, sampler, pass_id
 
     def _draw(self, batches: Iterator[Any]) -> tuple[Any, Any] | None:
-        with self.loader._sampler_lock:
-            if self.loader._pass_id != self.pass_id:
+        with self.threads._sampler_lock:
+            if self.threads._pass_id != self.pass_id:
                 return None
             batch = next(batches, None)
-            return None if batch is None else (batch, self.loader.batch_sampler.state_dict())
+            return None if batch is None else (batch, self.sampler.state_dict())
 
     def __iter__(self) -> Iterator[tuple[list[int], dict[str, Any]]]:
-        batches = iter(self.loader.batch_sampler)
+        batches = iter(self.sampler)
         current = self._draw(batches)
         while current is not None:
             following = self._draw(batches)
@@ -73,50 +71,47 @@ class _SampledBatches:
             current = following
 
 
-class ThreadLoader(KeepsDroppedPass, DataLoader):
-    """A ``DataLoader`` whose batches are prepared by ``num_threads`` background threads of this process.
+class Threads:
+    """The executor of a loader whose batches ``num_threads`` background threads of this process prepare, each
+    ``prefetch_factor`` batches ahead.
 
     Iterating, ``len``, ``batch_sampler`` (Lightning's ``set_epoch`` reaches ``batch_sampler.sampler``),
-    ``state_dict`` and ``load_state_dict`` behave as for the engine's ``num_workers=0`` loader, including a pass
-    whose iterator a framework dropped (``loader._iterator = None``: the pass continues at the next ``iter``) and a
-    pass that finished (the next epoch follows).
-
-    Example:
-        >>> import torch
-        >>> from torch.utils.data import TensorDataset
-        >>> from engine import DataLoaderConfig, DataLoaderFactory
-        >>> loader = DataLoaderFactory().create_dataloader(TensorDataset(torch.arange(10.0)),
-        ...                                                DataLoaderConfig(batch_size=4, num_threads=1))
-        >>> type(loader).__name__, [len(batch[0]) for batch in loader]
-        ('ThreadLoader', [4, 4, 2])
+    ``state_dict`` and ``load_state_dict`` behave as for ``num_workers=0``, including a pass whose iterator a
+    framework dropped (the pass continues at the next ``iter``) and a pass that finished (the next epoch follows).
+    The loader's batch sampler must be one of the engine's resumable ones (:class:`EpochBatchSampler`).
     """
 
-    def __init__(self, dataset: Any, *, batch_sampler: EpochBatchSampler, collate_fn: Any, num_threads: int,
-                 prefetch_factor: int, pin_memory: bool) -> None:
-        super().__init__(dataset, batch_sampler=batch_sampler, collate_fn=collate_fn, num_workers=0,
-                         pin_memory=pin_memory)
+    def __init__(self, num_threads: int, prefetch_factor: int) -> None:
         self.num_threads, self.prefetch_factor = num_threads, prefetch_factor
         self._sampler_lock = threading.Lock()
         self._pass_id = 0
-        self._pending: dict[str, Any] | None = None  # a loaded or parked state, applied at the next iter()
-        self._delivered = single_process_state(batch_sampler.state_dict(), 0, False)
+        self._pending: dict[str, Any] | None = None  # a loaded or parked state, applied at the next start_pass
+        self.loader: Any = None
 
-    def _dropped(self, iterator: Any) -> None:
-        iterator.close()
-        if not iterator_finished(self._delivered) and self._pending is None:
-            self._pending = self._delivered  # continue the dropped pass
+    def attach(self, loader: Any) -> None:
+        if not isinstance(loader.batch_sampler, EpochBatchSampler):
+            raise TypeError(f"Threads loads through one of the engine's resumable batch samplers, but the loader's "
+                            f"is a {type(loader.batch_sampler).__name__}; use num_threads=0")
+        self.loader = loader
+        self._delivered = single_process_state(loader.batch_sampler.state_dict(), 0, False)
 
-    def __iter__(self) -> _ThreadPass:
-        current = live_iterator(self)
+    def start_pass(self) -> _ThreadPass:
+        loader = self.loader
+        current = live_iterator(loader)
         if current is not None:
             current.close()  # an abandoned pass still counts as an epoch, as with num_workers=0
         pending, self._pending = self._pending, None
         if pending is not None:
-            self.batch_sampler.load_state_dict(sampler_state_of(pending))  # after any set_epoch, as torchdata does
-        self._delivered = single_process_state(self.batch_sampler.state_dict(), batches_yielded(pending),
-                                       False)
-        self.__dict__["_live_iterator"] = _ThreadPass(self)
-        return checked(live_iterator(self), self)  # rows left out by on_error='skip' reach dm.skipped here too
+            loader.batch_sampler.load_state_dict(sampler_state_of(pending))  # after any set_epoch, as torchdata does
+        self._delivered = single_process_state(loader.batch_sampler.state_dict(), batches_yielded(pending), False)
+        thread_pass = _ThreadPass(self)
+        loader.__dict__["_live_iterator"] = thread_pass
+        return thread_pass
+
+    def dropped(self, iterator: Any) -> None:
+        iterator.close()
+        if not iterator_finished(self._delivered) and self._pending is None:
+            self._pending = self._delivered  # continue the dropped pass
 
     @property
     def delivered_epoch(self) -> int:
@@ -128,80 +123,78 @@ class ThreadLoader(KeepsDroppedPass, DataLoader):
         return self._pending if self._pending is not None else self._delivered
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Continue from ``state_dict`` at the next ``iter``; the sampler's part is checked now. A state saved
+        """Continue from ``state_dict`` at the next ``start_pass``; the sampler's part is checked now. A state saved
         after its pass ended goes to the sampler at once: the next epoch starts from its beginning."""
         if not isinstance(state_dict, dict):
             raise TypeError(f"state_dict should be a dict from loader.state_dict(), but got "
                             f"{type(state_dict).__name__}")
+        loader = self.loader
         sampler_state = sampler_state_of(state_dict)
         if sampler_state is None:
             raise ValueError(f"state_dict has no sampler state (keys {sorted(state_dict)}); pass a dict saved by "
                              f"loader.state_dict()")
-        self.batch_sampler.check_state(sampler_state)
-        self._stop_live_pass()
+        loader.batch_sampler.check_state(sampler_state)
+        current = loader.__dict__.pop("_live_iterator", None)
+        if current is not None:
+            current.close()
         if iterator_finished(state_dict):
-            self.batch_sampler.load_state_dict(sampler_state)
+            loader.batch_sampler.load_state_dict(sampler_state)
             self._pending = None
-            self._delivered = single_process_state(self.batch_sampler.state_dict(), 0, True)
+            self._delivered = single_process_state(loader.batch_sampler.state_dict(), 0, True)
         else:
             self._pending = single_process_state(dict(sampler_state), batches_yielded(state_dict), False)
 
-    def _stop_live_pass(self) -> None:
-        current = self.__dict__.pop("_live_iterator", None)
-        if current is not None:
-            current.close()
-
 
 class _ThreadPass(Iterator[Any]):
-    """One pass of a :class:`ThreadLoader`: the running pipeline, and the bookkeeping of what it delivered."""
+    """One pass of a :class:`Threads` executor: the running pipeline, and the bookkeeping of what it delivered."""
 
-    def __init__(self, loader: ThreadLoader) -> None:
-        self.loader = loader
-        with loader._sampler_lock:
-            loader._pass_id += 1
-            self.pass_id = loader._pass_id
-        source = nodes.IterableWrapper(_SampledBatches(loader, self.pass_id))
-        work = _FetchCollate(loader.dataset, loader.collate_fn)
+    def __init__(self, threads: Threads) -> None:
+        self.threads, self.loader = threads, threads.loader
+        with threads._sampler_lock:
+            threads._pass_id += 1
+            self.pass_id = threads._pass_id
+        source = nodes.IterableWrapper(_SampledBatches(threads, self.loader.batch_sampler, self.pass_id))
+        work = _FetchCollate(self.loader.dataset, self.loader.collate_fn)
         # snapshot_frequency=0: torchdata's per-item snapshots are not needed, each batch carries its position
-        if loader.num_threads == 1:
-            node: nodes.BaseNode = nodes.Prefetcher(nodes.Mapper(source, work), loader.prefetch_factor,
+        if threads.num_threads == 1:
+            node: nodes.BaseNode = nodes.Prefetcher(nodes.Mapper(source, work), threads.prefetch_factor,
                                                     snapshot_frequency=0)
         else:
-            node = nodes.ParallelMapper(source, work, num_workers=loader.num_threads, in_order=True,
-                                        method="thread", max_concurrent=loader.num_threads, snapshot_frequency=0)
-            node = nodes.Prefetcher(node, loader.prefetch_factor * loader.num_threads, snapshot_frequency=0)
-        if loader.pin_memory:
+            node = nodes.ParallelMapper(source, work, num_workers=threads.num_threads, in_order=True,
+                                        method="thread", max_concurrent=threads.num_threads, snapshot_frequency=0)
+            node = nodes.Prefetcher(node, threads.prefetch_factor * threads.num_threads, snapshot_frequency=0)
+        if self.loader.pin_memory:
             node = nodes.PinMemory(node, snapshot_frequency=0)
         self.node: nodes.BaseNode | None = node
         node.reset()
-        self.num_yielded = batches_yielded(loader._delivered)
+        self.num_yielded = batches_yielded(threads._delivered)
 
     def __next__(self) -> Any:
         retired = getattr(self.loader.batch_sampler, "retired", None)
         if retired is not None:  # the module loaded another state: prefetched batches are stale
             self.close()
             raise RuntimeError(retired)
-        if self.node is None or self.loader._pass_id != self.pass_id:
+        if self.node is None or self.threads._pass_id != self.pass_id:
             raise StopIteration
         try:
             batch, sampler_state = next(self.node)
         except StopIteration:
             self.close()
             finished = self.loader.batch_sampler.state_dict()
-            self.loader._delivered = single_process_state(finished, self.num_yielded, True)
+            self.threads._delivered = single_process_state(finished, self.num_yielded, True)
             raise
         except BaseException:
             self.close()
             raise
         self.num_yielded += 1
-        self.loader._delivered = single_process_state(sampler_state, self.num_yielded, False)
+        self.threads._delivered = single_process_state(sampler_state, self.num_yielded, False)
         return batch
 
     def close(self) -> None:
         """Stop the pipeline's threads; the sampler is not drawn from again by this pass."""
-        with self.loader._sampler_lock:
-            if self.loader._pass_id == self.pass_id:
-                self.loader._pass_id += 1
+        with self.threads._sampler_lock:
+            if self.threads._pass_id == self.pass_id:
+                self.threads._pass_id += 1
         node, self.node = self.node, None
         if node is not None:
             stop_pipeline(node)

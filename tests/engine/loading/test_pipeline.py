@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from engine import DataLoaderConfig, DataLoaderFactory, MultiDataModule, UniversalDataModule
-from engine.loading.pipeline import ThreadLoader
+from engine.loading.loader import ResumableLoader
+from engine.loading.pipeline import Threads
 from task_spec import TaskSpec
 from tests.engine.test_resume import SPEC, fingerprint, module, rows, run
 from tests.engine.test_resume_lightning import Recorder, trainer
@@ -42,7 +43,8 @@ class TestOption:
 
     def test_the_module_builds_a_thread_loader_and_says_why(self):
         loader = threaded().train_dataloader()
-        assert isinstance(loader, ThreadLoader) and loader.num_threads == 1
+        assert isinstance(loader, ResumableLoader) and isinstance(loader.executor, Threads)
+        assert loader.executor.num_threads == 1
         _, reasons = DataLoaderConfig(num_threads=2).resolve()
         assert "2 background thread(s)" in reasons["num_threads"]
 
@@ -77,7 +79,7 @@ class TestSameBatches:
 
     def test_evaluation_loaders_read_every_row_once_in_order(self):
         plain, thread = module(0, val_split=12), threaded(val_split=12)
-        assert isinstance(thread.val_dataloader(), ThreadLoader)
+        assert isinstance(thread.val_dataloader().executor, Threads)
         assert [fingerprint(b) for b in thread.val_dataloader()] == [fingerprint(b) for b in plain.val_dataloader()]
 
     def test_ranks_get_equal_batch_counts_and_the_batches_of_workers_0(self):
