@@ -46,8 +46,8 @@ class DataLoaderConfig:
     """'fork', 'spawn' or 'forkserver'; None uses the platform default."""
     num_threads: int = 0
     """Background threads of this process that fetch and collate the next batches while the step runs (a
-    ``torchdata.nodes`` pipeline, :class:`engine.loading.pipeline.ThreadLoader`); 0 loads on the step's path. For
-    work that is cheap or releases the GIL; not combined with ``num_workers``."""
+    ``torchdata.nodes`` pipeline, the :class:`engine.loading.pipeline.Threads` executor); 0 loads on the step's
+    path. For work that is cheap or releases the GIL; not combined with ``num_workers``."""
 
     def __post_init__(self) -> None:
         self.batch_size = check_int("batch_size", self.batch_size, minimum=1)  # numpy ints become ints
