@@ -189,10 +189,22 @@ def check_picklable(dataset: Any, collate_fn: Any, kwargs: dict[str, Any]) -> No
 
 def check_transforms_can_start(transforms: Mapping[str, Any], *, train: DataLoaderConfig,
                                evaluation: DataLoaderConfig) -> None:
-    """Raise now if worker processes could not receive a split's per-row transform (it travels with the data):
-    the train split's under the ``train`` config, the others' under ``evaluation``."""
+    """Raise now if a split's per-row transform could not run under its config: worker processes could not
+    receive it (it travels with the data), or background threads would run a transform that draws from the global
+    random generators beside the training step. The train split's under the ``train`` config, the others' under
+    ``evaluation``."""
     for role, transform in transforms.items():
         config = train if role == "train" else evaluation
+        if config.num_threads and not transform.uses_generator:
+            name = getattr(transform.transform, "__name__", None) or type(transform.transform).__name__
+            raise ValueError(
+                f"{transform.argument}={name} draws from torch's global random generator (it takes no generator= "
+                f"keyword, as torchvision.transforms.v2 transforms), which the training step shares: "
+                f"num_threads={config.num_threads} would run it in a background thread beside the step, changing "
+                f"the step's random numbers and its own. Load with num_workers > 0 instead of num_threads (each "
+                f"worker process has its own generators), or pass a transform that takes generator= (it is called "
+                f"with a torch.Generator seeded for each row; one that draws nothing can ignore it)"
+            )
         _check_sendable(transform.argument, transform.transform, config.resolve()[0])
 
 
