@@ -42,7 +42,16 @@ class CheckpointedModule:
     def state_dict(self) -> dict[str, Any]:
         """The identity (seed, fingerprints, options) and the train loader's position; microseconds to save."""
         skipped = {} if self.skipped.on_error == "raise" else {SKIPPED_ROWS: self.skipped.state()}
-        return {**self.identity(), **self._position.save(), **skipped}
+        return {**self.identity(), **self._position.save(epoch_batches=self._trainer_epoch_batches()), **skipped}
+
+    def _trainer_epoch_batches(self) -> int | None:
+        """The batches per epoch of the attached Lightning trainer where it ends its epochs before the train
+        loader's pass ends (``limit_train_batches``); None otherwise."""
+        limit = getattr(self.trainer, "num_training_batches", None)
+        loader = self._position.loader
+        if not isinstance(limit, int) or loader is None or self._stream is not None:
+            return None
+        return limit if limit < len(loader) else None
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Continue from ``state_dict``: the next training batch is the one after the last saved one.

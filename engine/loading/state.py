@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.core.compat import iterator_finished, sampler_state_of, single_process_state
 from engine.core.rng import hash_into
 from engine.sources.adapt import HFSource, MapSource, TorchSource
 from engine.sources.streams import EpochStream
@@ -185,9 +186,20 @@ class TrainPosition:
         delivered = getattr(self.loader, "delivered_epoch", None)  # a loader whose sampler runs ahead (threads)
         return delivered if delivered is not None else self.loader.batch_sampler.epoch
 
-    def save(self) -> dict[str, Any]:
-        """``{epoch, train_loader}``: the loader's state, or the loaded one not yet applied."""
+    def save(self, epoch_batches: int | None = None) -> dict[str, Any]:
+        """``{epoch, train_loader}``: the loader's state, or the loaded one not yet applied.
+
+        ``epoch_batches`` is the caller's count of batches per epoch where it stops its epochs before the loader's
+        pass ends (Lightning's ``limit_train_batches``): a pass that served that many is a finished epoch, saved as
+        the start of the next one, so a resumed run never serves the batches the limit left out."""
         loader_state = self.loader.state_dict() if self.loader is not None else self._pending
+        sampler_state = sampler_state_of(loader_state) if isinstance(loader_state, dict) else None
+        if epoch_batches is not None and isinstance(sampler_state, dict) and not iterator_finished(loader_state) \
+                and sampler_state.get("position", 0) >= epoch_batches:
+            following = {**sampler_state, "epoch": sampler_state["epoch"] + 1, "position": 0}
+            if "served" in following:
+                following["served"] = []
+            return {EPOCH: following["epoch"], TRAIN_LOADER: single_process_state(following, 0, True)}
         return {EPOCH: self.epoch, TRAIN_LOADER: loader_state}
 
     def load(self, state: Mapping[str, Any], *, retired_because: str) -> None:

@@ -51,3 +51,31 @@ def test_checkpoint_of_other_data_is_refused(tmp_path):
     with pytest.raises(ValueError, match="does not match this data module: seed was 11"):
         trainer(enable_checkpointing=False).fit(Recorder(), datamodule=module(seed=12),
                                                 ckpt_path=tmp_path / "epoch=0-step=3.ckpt")
+
+
+@pytest.mark.parametrize("limit", [3, 0.6], ids=["int", "float"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_epoch_cut_by_limit_train_batches_is_finished_for_resume(tmp_path, workers, limit):
+    # 5 batches per epoch, 3 of them served (0.6 of 5): the checkpoint at an epoch's end resumes at the next epoch,
+    # as the uninterrupted run goes on, never at the batches the limit left out
+    full = Recorder()
+    epoch_end = ModelCheckpoint(dirpath=tmp_path, every_n_epochs=1, save_top_k=-1)
+    trainer(callbacks=[epoch_end], limit_train_batches=limit).fit(full, datamodule=module(workers))
+    assert len(full.seen) == 9 and len(set(full.seen)) == 9
+    resumed = Recorder()
+    trainer(enable_checkpointing=False, limit_train_batches=limit).fit(
+        resumed, datamodule=module(workers), ckpt_path=tmp_path / "epoch=0-step=3.ckpt")
+    assert resumed.seen == full.seen[3:]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_max_steps_stop_inside_a_limited_epoch_resumes_mid_epoch(tmp_path, workers):
+    full = Recorder()
+    trainer(limit_train_batches=4, enable_checkpointing=False).fit(full, datamodule=module(workers))
+    checkpoints = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2, save_top_k=-1)
+    first = Recorder()
+    trainer(callbacks=[checkpoints], limit_train_batches=4, max_steps=2).fit(first, datamodule=module(workers))
+    resumed = Recorder()
+    trainer(enable_checkpointing=False, limit_train_batches=4).fit(resumed, datamodule=module(workers),
+                                                                    ckpt_path=tmp_path / "epoch=0-step=2.ckpt")
+    assert first.seen + resumed.seen == full.seen
