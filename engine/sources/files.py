@@ -36,7 +36,8 @@ def load_paths(data: str | os.PathLike | Sequence[str | os.PathLike], what: str 
     Files are read with ``datasets.load_dataset(builder, data_files=[...], split="train")``: csv for .csv, json
     for .json and .jsonl (JSON lines, or one JSON list of records), parquet for .parquet. A folder is read with
     ``datasets.load_dataset(folder)``, which picks the builder from the files it holds (imagefolder for images,
-    audiofolder for audio); labels come from the names of its subfolders.
+    audiofolder for audio); labels come from the names of its subfolders. A folder's images are read as RGB, as
+    :class:`engine.datasets.ImageFolderDataset` reads them by default, so grayscale and colour images stack.
 
     Raises:
         FileNotFoundError: A path that does not exist.
@@ -81,4 +82,8 @@ def _load_folder(folder: Path, what: str) -> Any:
     if list(splits) != ["train"]:
         raise ValueError(f"{what} is the folder '{folder}', which holds the splits {list(splits)}; pass each split's "
                          f"folder on its own, e.g. train_data='{folder / 'train'}', val_data=...")
-    return splits["train"]
+    rows = splits["train"]
+    image = rows.features.get("image")
+    if isinstance(image, datasets.Image) and image.mode is None:  # imagefolder's column: RGB, as ImageFolderDataset
+        rows = rows.cast_column("image", datasets.Image(mode="RGB", decode=image.decode))
+    return rows

@@ -128,6 +128,24 @@ class TestFolders:
         batch = next(iter(dm.train_dataloader()))
         assert batch["image"].shape == (6, 3, 6, 5) and batch["label"].tolist() == [0, 0, 0, 1, 1, 1]
 
+    @pytest.mark.parametrize("workers", [0, 2])
+    def test_grayscale_and_rgb_images_load_as_rgb_alike_by_both_folder_routes(self, tmp_path, workers):
+        from engine.datasets import ImageFolderDataset
+
+        write_images(tmp_path / "pets")
+        gray = np.arange(30, dtype=np.uint8).reshape(6, 5)
+        Image.fromarray(gray, "L").save(tmp_path / "pets" / "cat" / "3.png")
+        by_path = TaskSpec.vision_tiny().replace(input_fields=("image",), target_field="label")
+        options = dict(batch_size=7, shuffle=False, num_workers=workers)
+        by_folder = UniversalDataModule(tmp_path / "pets", task_spec=by_path, **options)
+        path_batch = next(iter(by_folder.train_dataloader()))
+        class_batch = next(iter(UniversalDataModule(ImageFolderDataset(tmp_path / "pets"),
+                                                    task_spec=TaskSpec.vision_tiny(), **options).train_dataloader()))
+        assert path_batch["image"].shape == (7, 3, 6, 5)
+        assert torch.equal(path_batch["image"], class_batch["pixel_values"])
+        gray_row = by_folder.datasets["train"][3]["image"]
+        assert torch.equal(gray_row, torch.from_numpy(gray).expand(3, 6, 5))  # gray copied to R, G and B
+
     def test_a_folder_with_several_splits_is_refused_naming_them(self, tmp_path):
         write_images(tmp_path / "pets" / "train")
         write_images(tmp_path / "pets" / "test")
