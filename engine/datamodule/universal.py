@@ -26,7 +26,7 @@ from engine.sources.transforms import split_transforms
 from engine.tools.device import DeviceNormalize
 from engine.tools.report import DataReport, build_report
 from engine.tools.summary import render_html, render_text
-from engine.tools.validation import validate_first_batch
+from engine.tools.validation import first_batch, validate_first_batch
 from task_spec import TaskSpec
 
 NOT_CHECKPOINTED = ("self", "__class__", "train_data", "val_data", "test_data", "predict_data", "tokenizer",
@@ -164,6 +164,13 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
             probe = self._new_train_loader()
             self.validation_report = validate_first_batch(
                 probe, self.task_spec, pad_token_id=getattr(self.tokenizer, "pad_token_id", None))
+
+    def first_batch(self) -> Any:
+        """The first training batch of a fresh pass (epoch 0), as the train loader builds it: its sampler (packing,
+        token budgets, grouping), its rows and its seed. Made in this process; the train loader and the global
+        random states are untouched. None without training data. Runs ``setup()``."""
+        self.setup()
+        return first_batch(self._new_train_loader()) if "train" in self.datasets else None
 
     @property
     def split_sizes(self) -> dict[str, int | None]:

@@ -10,17 +10,13 @@ inline SVG (:mod:`engine.tools.figures`).
 from __future__ import annotations
 
 import html
-import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from engine.collation.seeded_collate import SeededCollate
-from engine.core.rng import batch_seed
 from engine.loading.factory import batch_sampler_for
-from engine.sampling.base import BatchIndices
 from engine.sampling.seeded import SeededBatchSampler
 from engine.sources.adapt import MapSource
 from engine.sources.inputs import token_field
@@ -143,7 +139,7 @@ def collect(dm: Any) -> tuple[dict[str, Any], dict[str, np.ndarray], Any]:
         numbers["padding"] = {"plain": measure.plain_padding_share(plain, lengths["train"], collator),
                               "chosen": measure.padding_share(chosen[1], lengths["train"], collator),
                               "batching": dm.batching}
-    batch = _first_batch(dm, train, chosen)
+    batch = dm.first_batch() if train is not None else None
     numbers["sample_batch"] = _shapes(batch)
     return numbers, lengths, batch
 
@@ -155,20 +151,6 @@ def _chosen_batches(dm: Any, train: MapSource, key: str | None) -> tuple[int, li
                                 key=key, seed=config.seed or 0, shuffle=config.shuffle, drop_last=config.drop_last,
                                 num_replicas=dm.world_size, rank=dm.rank, uneven=dm.uneven)
     return sampler.seed, sampler.epoch_batches(0)
-
-
-def _first_batch(dm: Any, train: Any, chosen: tuple[int, list[list[int]]] | None) -> Any:
-    """The first batch of epoch 0 as the train loader builds it (same rows, same seed); a stream's first rows."""
-    if train is None:
-        return None
-    if chosen is None:  # a stream: its first rows, in its order
-        return dm.collator(list(itertools.islice(iter(train.stream), dm.train_config.batch_size)))
-    seed, batches = chosen
-    if not batches:
-        return None
-    indices = BatchIndices(batches[0])
-    indices.rng_seed = batch_seed(seed, 0, indices)
-    return SeededCollate(dm.collator)(train.__getitems__(indices))
 
 
 def _shapes(batch: Any) -> dict[str, str]:

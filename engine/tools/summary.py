@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import html
-import itertools
 from typing import Any
 
 import torch
@@ -50,38 +49,28 @@ def summary_rows(dm: Any, *, shapes: bool = True) -> list[tuple[str, str]]:
     for role, report in getattr(dm, "long_rows_report", {}).items():
         if report["long_rows"]:
             rows.append(("truncation" if report["policy"] == "truncate" else "long rows", describe(report, role)))
-    shown = batch_shapes(dm) if shapes else {}
-    if shown:
-        rows.append(("batch", ", ".join(f"{key}: {shape}" for key, shape in shown.items())))
+    if shapes and dm.datasets:
+        try:
+            shown = batch_shapes(dm)
+        except ValueError as error:  # no batch (e.g. a sampler with none): said here, since repr must not raise
+            rows.append(("batch", f"none: {error}"))
+        else:
+            if shown:
+                rows.append(("batch", ", ".join(f"{key}: {shape}" for key, shape in shown.items())))
     return rows
 
 
 def batch_shapes(dm: Any) -> dict[str, str]:
-    """Shape (or type) of each key of the first training batch, or {} before setup."""
-    source = dm.datasets.get("train")
-    if source is None:
+    """Shape (or type) of each key of the first training batch as the train loader builds it (see
+    ``UniversalDataModule.first_batch``), or {} before setup or without training data."""
+    if "train" not in dm.datasets:
         return {}
-    if not hasattr(source, "__getitems__"):  # a stream: its first rows
-        rows = list(itertools.islice(iter(source.stream), dm.train_config.batch_size))
-    else:
-        rows = source.__getitems__(list(range(min(dm.train_config.batch_size, len(source)))))
-    if getattr(dm, "batching", None) == "packed" and rows:  # a packed batch is documents up to max_tokens
-        rows = _within_budget(list(rows), dm.max_tokens, getattr(dm.collator, "max_length", None))
-    batch = dm.collator(rows)
+    batch = dm.first_batch()
+    if batch is None:
+        return {}
     items = batch.items() if isinstance(batch, dict) else enumerate(batch if isinstance(batch, (list, tuple))
                                                                      else [batch])
     return {str(key): describe_value(value) for key, value in items}
-
-
-def _within_budget(rows: list[Any], max_tokens: int, max_length: int | None) -> list[Any]:
-    """The first rows whose token counts (cut to ``max_length``) fit in ``max_tokens``; at least one."""
-    total = 0
-    for count, row in enumerate(rows):
-        ids = row.get("input_ids") if isinstance(row, dict) else row
-        total += min(len(ids), max_length or len(ids))
-        if total > max_tokens:
-            return rows[: max(count, 1)]
-    return rows
 
 
 def describe_value(value: Any) -> str:
