@@ -55,9 +55,7 @@ def _style(axes: Any, title: str, xlabel: str, ylabel: str, *, integer_y: bool =
 def length_histogram(lengths: np.ndarray, *, split: str, unit: str, max_length: int | None = None) -> str:
     """Histogram of one split's row lengths (from precomputed bin counts), with ``max_length`` marked."""
     figure, axes = _figure()
-    rice = max(5, int(np.ceil(2 * len(lengths) ** (1 / 3))))  # Rice's rule: fewer bins for a small split
-    bins = int(min(40, rice, lengths.max() - lengths.min() + 1)) if len(lengths) else 1
-    counts, edges = np.histogram(lengths, bins=bins)
+    counts, edges = np.histogram(lengths, bins=integer_bins(lengths))
     axes.stairs(counts, edges, fill=True, color=COLORS[0], alpha=0.85)
     if max_length is not None and len(lengths) and lengths.max() > max_length:
         axes.axvline(max_length, color=COLORS[3], linestyle="--", linewidth=1)
@@ -65,6 +63,18 @@ def length_histogram(lengths: np.ndarray, *, split: str, unit: str, max_length: 
                       ha="right", va="top", xytext=(-3, 0), textcoords="offset points")
     _style(axes, f"{split}: {len(lengths)} rows", f"length ({unit})", "rows", integer_y=True)
     return figure_html(figure, f"lengths-{split}", f"Row lengths of the {split} split, in {unit}.")
+
+
+def integer_bins(lengths: np.ndarray, most: int = 40) -> np.ndarray:
+    """Bin edges on whole lengths: every bin holds the same number of lengths (``[a, a + width)``), so no bin
+    straddles a length or holds one more length than its neighbour. About Rice's rule many bins (fewer for a small
+    split), at most ``most``."""
+    if not len(lengths):
+        return np.array([0, 1])
+    low, high = int(lengths.min()), int(lengths.max())
+    rice = max(5, int(np.ceil(2 * len(lengths) ** (1 / 3))))
+    width = -(-(high - low + 1) // min(most, rice, high - low + 1))
+    return np.arange(low, high + width + 1, width)
 
 
 def padding_bars(shares: Mapping[str, float]) -> str:
@@ -80,8 +90,9 @@ def padding_bars(shares: Mapping[str, float]) -> str:
     return figure_html(figure, "padding", "Padding share: plain shuffled batches beside the module's batching.")
 
 
-def label_bars(counts: Mapping[str, Mapping[int, int]]) -> str:
-    """Grouped bars of each class's share of each split (so a small split compares with a large one)."""
+def label_bars(counts: Mapping[str, Mapping[int, int]], names: Sequence[str] | None = None) -> str:
+    """Grouped bars of each class's share of each split (so a small split compares with a large one); the classes
+    named by ``names`` (a ``ClassLabel``'s) where given."""
     figure, axes = _figure()
     classes = sorted({label for per_split in counts.values() for label in per_split})
     positions = np.arange(len(classes))
@@ -91,11 +102,16 @@ def label_bars(counts: Mapping[str, Mapping[int, int]]) -> str:
         shares = [100 * per_split.get(label, 0) / total for label in classes]
         axes.bar(positions + index * width - 0.4 + width / 2, shares, width,
                  label=f"{split} ({sum(per_split.values())} rows)", color=COLORS[index % len(COLORS)])
-    axes.set_xticks(positions, [str(label) for label in classes])
+    axes.set_xticks(positions, [class_name(label, names) for label in classes])
     axes.set_ylim(0, axes.get_ylim()[1] * 1.3)  # headroom: the legend sits above the bars, not on them
     axes.legend(fontsize=8, frameon=False, loc="upper center", ncol=max(1, len(counts)))
     _style(axes, "label distribution", "class", "% of the split's rows")
     return figure_html(figure, "labels", "Share of each class in each split (counts in the table).")
+
+
+def class_name(label: int, names: Sequence[str] | None) -> str:
+    """``label``'s name where ``names`` has one, else the number."""
+    return names[label] if names is not None and 0 <= label < len(names) else str(label)
 
 
 def image_grid(images: Any, labels: Sequence[Any] | None = None, columns: int = 8) -> str:

@@ -55,8 +55,11 @@ class DataReport:
         if padding:
             lines.append(f"  padding: plain shuffle {padding['plain']:.1%}, {padding['batching']} (this module) "
                          f"{padding['chosen']:.1%}")
+            if padding.get("advice"):
+                lines.append(f"  advice: {padding['advice']}")
         for split, counts in self.numbers["labels"].items():
-            lines.append(f"  labels {split}: " + ", ".join(f"{label}={count}" for label, count in counts.items()))
+            lines.append(f"  labels {split}: " + ", ".join(f"{self._class(label)}={count}"
+                                                           for label, count in counts.items()))
         lines += [f"  not measured {split}: {why}" for split, why in self.numbers["skipped"].items()]
         lines += [f"  sample: {line}" for line in self.sample_lines]
         return "\n".join(lines)
@@ -78,16 +81,22 @@ class DataReport:
         if padding:
             rows.append(("padding", f"plain shuffle {padding['plain']:.1%}; {padding['batching']} (this module) "
                                     f"{padding['chosen']:.1%}"))
+            if padding.get("advice"):
+                rows.append(("advice", padding["advice"]))
         shown = {label for label, _ in self.summary}  # repr(dm)'s truncation line already says the train split's
         for split, cut in self.numbers["truncation"].items():
             if split == "train" and "truncation" in shown:
                 continue
             rows.append((f"truncated {split}", f"{cut['long_rows']} of {cut['rows']} rows, {cut['lost_tokens']} of "
                                                f"{cut['tokens']} tokens"))
-        rows += [(f"labels {split}", ", ".join(f"{label}: {count}" for label, count in counts.items()))
+        rows += [(f"labels {split}", ", ".join(f"{self._class(label)}: {count}" for label, count in counts.items()))
                  for split, counts in self.numbers["labels"].items()]
         rows += [(f"not measured {split}", why) for split, why in self.numbers["skipped"].items()]
         return rows
+
+    def _class(self, label: int) -> str:
+        names = self.numbers.get("class_names")
+        return f"{names[label]} ({label})" if names is not None and 0 <= label < len(names) else str(label)
 
     def save(self, path: str | Path) -> Path:
         """Write the report as one self-contained HTML page (figures inline) and return its path."""
@@ -107,7 +116,7 @@ def collect(dm: Any) -> tuple[dict[str, Any], dict[str, np.ndarray], Any]:
     numbers: dict[str, Any] = {
         "split_sizes": {role: size for role, size in dm.split_sizes.items() if size != 0},
         "collator": collator_line(dm), "batching": dm.batching, "lengths": {}, "length_how": {}, "padding": None,
-        "truncation": {}, "labels": {}, "label_how": {}, "skipped": {},
+        "truncation": {}, "labels": {}, "label_how": {}, "skipped": {}, "class_names": None,
     }
     lengths: dict[str, np.ndarray] = {}
     for role in SPLITS:
@@ -130,6 +139,8 @@ def collect(dm: Any) -> tuple[dict[str, Any], dict[str, np.ndarray], Any]:
             numbers["label_how"][role] = how
             if counts is not None:
                 numbers["labels"][role] = counts
+            if role == "train":
+                numbers["class_names"] = measure.class_names(source, spec.target_field)
     train = dm.datasets.get("train")
     chosen = _chosen_batches(dm, train, key) if isinstance(train, MapSource) else None
     if "train" in lengths and chosen is not None and chosen[1]:
@@ -139,6 +150,8 @@ def collect(dm: Any) -> tuple[dict[str, Any], dict[str, np.ndarray], Any]:
         numbers["padding"] = {"plain": measure.plain_padding_share(plain, lengths["train"], collator),
                               "chosen": measure.padding_share(chosen[1], lengths["train"], collator),
                               "batching": dm.batching}
+        if dm.batching == "plain":
+            numbers["padding"].update(_grouped_advice(dm, train, key, lengths["train"], numbers["padding"]["plain"]))
     batch = dm.first_batch() if train is not None else None
     numbers["sample_batch"] = _shapes(batch)
     return numbers, lengths, batch
@@ -153,12 +166,51 @@ def _chosen_batches(dm: Any, train: MapSource, key: str | None) -> tuple[int, li
     return sampler.seed, sampler.epoch_batches(0)
 
 
+GROUPED_CUTS = 0.25
+"""The report suggests ``batching='grouped'`` when it would cut the padding share by at least this fraction (and by
+at least 5 points)."""
+
+
+def _grouped_advice(dm: Any, train: MapSource, key: str | None, lengths: np.ndarray, plain: float | None
+                    ) -> dict[str, Any]:
+    """``{grouped, advice}``: the padding share grouped batching would give this module, and a sentence when it
+    would cut padding markedly; {} where grouping does not apply."""
+    if plain is None or not plain:
+        return {}
+    config = dm.train_config
+    grouped_sampler = batch_sampler_for(train, batching="grouped", batch_size=config.batch_size, key=key,
+                                        seed=config.seed or 0, drop_last=config.drop_last,
+                                        num_replicas=dm.world_size, rank=dm.rank, uneven=dm.uneven)
+    grouped = measure.padding_share(grouped_sampler.epoch_batches(0), lengths, dm.collator)
+    if grouped is None:
+        return {}
+    numbers: dict[str, Any] = {"grouped": grouped}
+    if plain - grouped >= max(0.05, GROUPED_CUTS * plain):
+        numbers["advice"] = (f"batching='grouped' would cut padding from {plain:.1%} to {grouped:.1%} of the "
+                             f"positions (rows of similar length batched together, batches shuffled)")
+    return numbers
+
+
 def _shapes(batch: Any) -> dict[str, str]:
     if batch is None:
         return {}
     items = batch.items() if isinstance(batch, dict) else enumerate(batch if isinstance(batch, (list, tuple))
                                                                      else [batch])
     return {str(key): describe_value(value) for key, value in items}
+
+
+def _image_key(spec: Any, batch: Any) -> str:
+    """The batch key of a vision spec's images (its input field, ``image`` for a folder), else ``pixel_values``."""
+    if spec is not None and spec.modality == "vision" and isinstance(batch, dict) and spec.input_fields \
+            and spec.input_fields[0] in batch:
+        return spec.input_fields[0]
+    return "pixel_values"
+
+
+def _label_key(spec: Any, batch: Any) -> str:
+    """The batch key of the spec's target field (``label`` for a folder), else ``labels``."""
+    target = getattr(spec, "target_field", None)
+    return target if isinstance(batch, dict) and target in batch else "labels"
 
 
 def build_report(dm: Any) -> DataReport:
@@ -178,9 +230,11 @@ def build_report(dm: Any) -> DataReport:
         plots.append(figures.padding_bars({"plain shuffle": padding["plain"],
                                            f"{padding['batching']} (this module)": padding["chosen"]}))
     if numbers["labels"]:
-        plots.append(figures.label_bars(numbers["labels"]))
+        plots.append(figures.label_bars(numbers["labels"], numbers["class_names"]))
     lines, images = sample_lines(batch, dm.tokenizer, SHOWN_ROWS,
-                                 seq2seq=spec is not None and spec.task_type == "seq2seq")
+                                 seq2seq=spec is not None and spec.task_type == "seq2seq",
+                                 image_key=_image_key(spec, batch), label_key=_label_key(spec, batch),
+                                 class_names=numbers["class_names"])
     if images is not None:
         plots.append(images)
     title = f"UniversalDataModule report: {spec.name}" if spec is not None else "UniversalDataModule report"

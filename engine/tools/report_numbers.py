@@ -131,6 +131,16 @@ def label_counts(source: Any, field: str | None, num_classes: int | None) -> tup
     return {index: int(count) for index, count in enumerate(counts)}, how
 
 
+def class_names(source: Any, field: str | None) -> list[str] | None:
+    """The class names of a ``datasets.ClassLabel`` column ``field`` (as ``load_dataset('imagefolder')`` and
+    ``class_encode_column`` make them), else None."""
+    import datasets
+
+    features = getattr(getattr(source, "dataset", None), "features", None) if isinstance(source, HFSource) else None
+    feature = features.get(field) if features is not None and field is not None else None
+    return list(feature.names) if isinstance(feature, datasets.ClassLabel) else None
+
+
 def _arrow_labels(source: HFSource, field: str) -> np.ndarray | None:
     import pyarrow as pa
 

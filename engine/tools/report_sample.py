@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -12,18 +13,26 @@ LINE_CHARS = 160
 """A decoded row longer than this is cut, with '...' at the end."""
 
 
-def sample_lines(batch: Any, tokenizer: Any, rows: int, *, seq2seq: bool = False) -> tuple[list[str], str | None]:
+def sample_lines(batch: Any, tokenizer: Any, rows: int, *, seq2seq: bool = False, image_key: str = "pixel_values",
+                 label_key: str = "labels", class_names: Sequence[str] | None = None
+                 ) -> tuple[list[str], str | None]:
     """``(lines, image grid HTML or None)`` showing the first ``rows`` rows of ``batch``; with ``seq2seq``, each
-    source row is followed by its target (the labels, without the ignored -100 positions)."""
+    source row is followed by its target (the labels, without the ignored -100 positions). Images are read under
+    ``image_key`` and class labels under ``label_key`` (the spec's fields), shown by ``class_names`` where given."""
     if not isinstance(batch, dict):
         items = batch if isinstance(batch, (list, tuple)) else [] if batch is None else [batch]
         return ([f"{type(batch).__name__} of " + ", ".join(describe_value(item) for item in items)] if items
                 else []), None
     lines = [", ".join(f"{key} {describe_value(value)}" for key, value in batch.items())]
-    labels = batch.get("labels")
+    labels = batch.get(label_key)
     class_labels = labels.tolist() if isinstance(labels, torch.Tensor) and labels.dim() == 1 else None
     targets = labels if seq2seq and isinstance(labels, torch.Tensor) and labels.dim() == 2 else None
-    pixels = batch.get("pixel_values")
+    if class_labels is not None and class_names is not None:
+        from engine.tools.figures import class_name
+
+        class_labels = [class_name(label, class_names) if isinstance(label, int) else label
+                        for label in class_labels]
+    pixels = batch.get(image_key)
     if isinstance(pixels, torch.Tensor) and pixels.dim() == 4:
         from engine.tools.figures import image_grid
 

@@ -83,6 +83,21 @@ class TestNumbers:
         if batching == "grouped":
             assert numbers["padding"]["chosen"] < numbers["padding"]["plain"] / 3
 
+    def test_plain_batching_is_told_what_grouped_batching_would_cut_measured_on_its_loader(self):
+        rows = token_rows()
+        numbers = numbers_of(module(rows))
+        grouped = loader_padding_share(module(rows, batching="grouped"))
+        assert numbers["padding"]["grouped"] == pytest.approx(grouped, abs=1e-12)
+        assert numbers["padding"]["advice"] == (f"batching='grouped' would cut padding from "
+                                                f"{numbers['padding']['plain']:.1%} to {grouped:.1%} of the positions "
+                                                f"(rows of similar length batched together, batches shuffled)")
+        assert f"  advice: {numbers['padding']['advice']}" in str(module(rows).report())
+        assert "advice" not in numbers_of(module(rows, batching="grouped"))["padding"]
+
+    def test_rows_of_one_length_get_no_grouping_advice(self):
+        numbers = numbers_of(module([torch.arange(5, 25)] * 40))
+        assert numbers["padding"]["plain"] == 0.0 and "advice" not in numbers["padding"]
+
     def test_packed_batches_have_no_padding_and_the_report_says_so(self):
         dm = module(token_rows(), batching="packed", max_tokens=512)
         numbers = numbers_of(dm)
@@ -179,6 +194,24 @@ class TestPage:
         assert grid[: grid.index("</svg>")].count("<image") == 8  # one embedded PNG per image of the batch
         assert report.numbers["lengths"] == {} and report.numbers["padding"] is None
 
+    def test_an_image_folder_shows_its_image_column_as_a_grid_and_its_class_names(self, tmp_path):
+        from PIL import Image
+
+        for label, name in enumerate(["cat", "dog"]):
+            (tmp_path / name).mkdir()
+            for i in range(4 + label):
+                Image.fromarray(np.full((6, 5, 3), 40 * label + i, dtype=np.uint8)).save(tmp_path / name / f"{i}.png")
+        spec = TaskSpec.vision_tiny().replace(input_fields=("image",), target_field="label",
+                                              additional_config={"num_classes": 2})
+        report = UniversalDataModule(tmp_path, task_spec=spec, batch_size=4, seed=0).report()
+        page = report._repr_html_()
+        assert plots(page) == ["labels", "sample-images"]
+        assert report.numbers["class_names"] == ["cat", "dog"]
+        assert "  labels train: cat (0)=4, dog (1)=5" in str(report)
+        grid = page[page.index('data-plot="sample-images"'):page.index("</svg>", page.index('data-plot="sample-im'))]
+        assert grid.count("<image") == 4 and ("cat" in grid or "dog" in grid)
+        assert ">cat<" in page[page.index('data-plot="labels"'):]  # the label bars are named too
+
     def test_text_is_short_and_names_what_was_measured(self):
         report = module(token_rows(), batching="grouped").report()
         text = str(report)
@@ -246,3 +279,20 @@ def test_the_engine_imports_matplotlib_only_inside_the_functions_that_draw():
         offenders += [f"{path.relative_to(root)}: {name}" for name in visitor.names if name.startswith("matplotlib")]
     assert not offenders, offenders
     assert "matplotlib" in (root / "engine" / "tools" / "figures.py").read_text(encoding="utf-8")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 5000), min_size=1, max_size=300))
+def test_length_bins_are_whole_lengths_of_one_width_covering_every_row(lengths):
+    from engine.tools.figures import integer_bins
+
+    values = np.array(lengths)
+    edges = integer_bins(values)
+    widths = np.diff(edges)
+    assert edges.dtype.kind == "i" and len(set(widths.tolist())) == 1 and len(widths) <= 40
+    assert edges[0] == values.min() and edges[-2] <= values.max() < edges[-1]
+    counts, _ = np.histogram(values, bins=edges)
+    assert counts.sum() == len(values)
+    low = values.min()
+    assert all(counts[i] == int(((values >= low + i * widths[0]) & (values < low + (i + 1) * widths[0])).sum())
+               for i in range(len(counts)))
