@@ -16,7 +16,7 @@ import shlex
 import sys
 import time
 import traceback
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
                              "with --only, written only where --out is given)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     machine_lines = machine()
     print("\n".join(machine_lines))
     rows: list[dict[str, Any]] = []

@@ -68,3 +68,20 @@ def test_pyproject_declares_the_supported_ranges():
     text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
     for package, (low, high) in compat.SUPPORTED.items():
         assert f'"{package}>={low},<{high}"' in text, package
+
+
+def test_every_pin_lies_in_the_range_pyproject_declares():
+    """constraints.txt is what the suite runs on; a declared range that excludes it would promise what is untested."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    requirements = [Requirement(line) for line in [*declared["dependencies"],
+                                                   *declared["optional-dependencies"]["dev"]]]
+    pins = dict(line.split("==", 1) for line in (ROOT / "constraints.txt").read_text(encoding="utf-8").split()
+                if "==" in line)
+    for requirement in requirements:
+        pin = pins.get(requirement.name)
+        assert pin is not None, f"{requirement.name} is declared but not pinned in constraints.txt"
+        assert requirement.specifier.contains(pin, prereleases=True), f"{requirement.name}=={pin} not in {requirement}"
