@@ -25,6 +25,8 @@ class TextOptions(Protocol):
     label_pad_token_id: int
     pad_to_multiple_of: int | None
     padding_side: str
+    padding: str
+    max_length: int | None
     max_target_length: int | None
     target_field: str
     target_text_field: str

@@ -33,7 +33,9 @@ class TextCollator:
     - ``classification`` / ``regression``: ``target_field`` stacked as int64 / float32.
     - ``token_classification``: per-token ``target_field`` padded with ``label_pad_token_id``.
     - ``seq2seq``: ``target_field`` (or text under ``target_text_field``) padded separately to its own longest row,
-      truncated to ``max_target_length``; ``decoder_input_ids`` are padded with ``pad_token_id``.
+      truncated to ``max_target_length``; ``decoder_input_ids`` are padded with ``pad_token_id``. With
+      ``padding='max_length'`` both are ``max_target_length`` wide, else ``max_length`` wide (a longer target
+      is then refused), as transformers' ``DataCollatorForSeq2Seq``.
 
     Rows without targets (none of them has ``target_field``, or it is None in all) are a batch for prediction:
     inputs are padded and, except for causal/masked LM, no labels are returned. Targets in some rows only raise.
