@@ -90,6 +90,28 @@ def resolve_token_id(name: str, explicit: int | None, tokenizer: Any, spec: Task
     )
 
 
+def check_id_in_vocab(name: str, token_id: int, explicit: int | None, tokenizer: Any, vocab_size: int | None,
+                      vocab_source: str) -> None:
+    """Refuse, at construction, an id the collator writes into ``input_ids`` that came from the TaskSpec because
+    the tokenizer lacks that special token, and that lies outside the vocabulary.
+
+    A preset's ids belong to the preset's vocabulary, not the tokenizer's: the model's embedding would be indexed
+    past its end, a device-side assert far from its cause. An id passed explicitly is the caller's choice (a pad id
+    no real token uses is legitimate: padded positions are masked), so it is left alone.
+    """
+    if explicit is not None or tokenizer is None or getattr(tokenizer, name, None) is not None:
+        return
+    if vocab_size is None or token_id < vocab_size:
+        return
+    raise ValueError(
+        f"{name} should be an id of the vocabulary (0..{vocab_size - 1}, {vocab_source}={vocab_size}), but got "
+        f"{name}={token_id} from spec.special_tokens[{name!r}]: the tokenizer has no "
+        f"{name.removesuffix('_token_id')} token, so the id came from the TaskSpec, whose vocabulary is not the "
+        f"tokenizer's; pass {name}=... (an id of the tokenizer), or spec.replace(special_tokens={{{name!r}: ...}}) "
+        f"with one"
+    )
+
+
 def resolve_vocab_size(explicit: int | None, tokenizer: Any, spec: TaskSpec | None,
                        required: bool = True) -> tuple[int | None, str]:
     """Vocabulary size and where it came from: explicit > ``len(tokenizer)`` > ``spec.vocab_size``.

@@ -138,9 +138,13 @@ class TextCollator:
         self.num_classes = opts.resolve_num_classes(num_classes, spec)
         self.vocab_size, self.vocab_source = opts.resolve_vocab_size(
             vocab_size, tokenizer, spec, required=self.task_type == "masked_lm")
+        opts.check_id_in_vocab("pad_token_id", self.pad_token_id, pad_token_id, tokenizer, self.vocab_size,
+                               self.vocab_source)
         if self.task_type == "masked_lm":
             self.mlm_probability, self.mask_token_id, self.special_token_ids = opts.resolve_masked_lm(
                 mlm_probability, mask_token_id, special_token_ids, tokenizer, spec, self.pad_token_id)
+            opts.check_id_in_vocab("mask_token_id", self.mask_token_id, mask_token_id, tokenizer, self.vocab_size,
+                                   self.vocab_source)
 
     def __call__(self, rows: Sequence[Any], generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
         """Collate ``rows`` into a dict of tensors; ``generator`` drives masked-LM randomness (else the own one).

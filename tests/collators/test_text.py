@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from transformers import (
 
 from collators.text import TextCollator, create_text_collator
 from task_spec import TaskSpec
+from tests.collators.conftest import build_tokenizer
 
 SOURCES = ["the cat sat on the mat", "a dog", "birds sing at dawn and dusk tonight", "", "rain"]
 TARGETS = ["the mat", "a dog ran in the park", "", "we read", "old ships"]
@@ -286,6 +288,23 @@ class TestErrors:
                                              r"pass pad_token_id=\.\.\., a tokenizer=.*"
                                              r"special_tokens=\{'pad_token_id'"):
             TextCollator()
+
+    def test_a_spec_pad_id_outside_the_tokenizer_vocabulary_is_refused(self):
+        tokenizer = build_tokenizer(pad_token=None, eos_token=None)
+        spec = TaskSpec.cls_tiny().replace(special_tokens={"pad_token_id": 50})
+        expected = ("pad_token_id should be an id of the vocabulary (0..32, len(tokenizer)=33), but got "
+                    "pad_token_id=50 from spec.special_tokens['pad_token_id']: the tokenizer has no pad token, so the "
+                    "id came from the TaskSpec, whose vocabulary is not the tokenizer's; pass pad_token_id=... (an "
+                    "id of the tokenizer), or spec.replace(special_tokens={'pad_token_id': ...}) with one")
+        with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
+            create_text_collator(spec, tokenizer=tokenizer)
+
+    def test_a_preset_mask_id_outside_the_tokenizer_vocabulary_is_refused(self):
+        tokenizer = build_tokenizer(mask_token=None)
+        with pytest.raises(ValueError, match=re.escape("but got mask_token_id=103 from "
+                                                       "spec.special_tokens['mask_token_id']: the tokenizer has no "
+                                                       "mask token")):
+            create_text_collator(TaskSpec.mlm_tiny(), tokenizer=tokenizer)
 
     def test_bad_ids_name_the_row(self):
         with pytest.raises(TypeError, match=r"row 2: 'input_ids' should be a 1-D sequence .* item 1 is float"):

@@ -19,9 +19,10 @@ ROWS = [torch.randint(5, 100, (n,)) for n in range(5, 25)]
 class TestPadId:
     def test_a_preset_pad_id_the_tokenizer_lacks_is_refused(self):
         tokenizer = copy.deepcopy(build_tokenizer())
-        tokenizer.pad_token = None  # as with GPT-2: no pad token, so the preset's 50256 would be used
-        with pytest.raises(ValueError, match=r"pad_token_id should be an id of the tokenizer \(0\.\.\d+\), but got "
-                                             r"pad_token_id=50256.*tokenizer.pad_token = tokenizer.eos_token"):
+        tokenizer.pad_token = tokenizer.eos_token = None  # no pad and no eos: the preset's 50256 would be used
+        with pytest.raises(ValueError, match=r"^pad_token_id should be an id of the vocabulary \(0\.\.\d+, "
+                                             r"len\(tokenizer\)=\d+\), but got pad_token_id=50256 from "
+                                             r"spec.special_tokens\['pad_token_id'\]: the tokenizer has no pad token"):
             UniversalDataModule(ROWS, task_spec=TaskSpec.lm_tiny(), tokenizer=tokenizer)
 
     def test_the_tokenizers_own_pad_id_is_used(self):
