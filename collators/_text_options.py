@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Protocol
 
 import torch
 
 from task_spec import TaskSpec
 from task_spec.spec import TASK_TYPES
+
+_log = logging.getLogger("collators.text")
 
 TOKEN_KEYS = {"attention_mask": 0, "token_type_ids": 0, "special_tokens_mask": 1}
 """Per-token keys a row may carry beside ``input_ids``, with the value their padding gets (as ``tokenizer.pad``)."""
@@ -88,6 +91,28 @@ def resolve_token_id(name: str, explicit: int | None, tokenizer: Any, spec: Task
         f"{name} is needed {why}, but {where} and the task spec has none; pass {name}=..., a tokenizer= that "
         f"defines it, or a TaskSpec with special_tokens={{{name!r}: ...}}"
     )
+
+
+def resolve_pad_token_id(explicit: int | None, tokenizer: Any, spec: TaskSpec | None,
+                         task_type: str) -> tuple[int, str]:
+    """The pad id and where it came from ('given', 'tokenizer', 'eos' or 'spec').
+
+    Explicit > ``tokenizer.pad_token_id`` > for causal LM, ``tokenizer.eos_token_id`` > the spec's > error. A
+    causal-LM tokenizer often has an eos token and no pad token (GPT-2, Llama): padding with eos is safe because
+    the labels of padded positions are set by position, never by id, so the eos that ends a row keeps its label.
+    The tokenizer itself is never changed.
+    """
+    if explicit is not None:
+        return check_int("pad_token_id", explicit, minimum=0), "given"
+    if tokenizer is not None and getattr(tokenizer, "pad_token_id", None) is not None:
+        return int(tokenizer.pad_token_id), "tokenizer"
+    eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
+    if task_type == "causal_lm" and eos is not None:
+        _log.info("the tokenizer has no pad token, so causal_lm rows are padded with its eos token (id %d); padded "
+                  "positions get label -100 by position, so a real eos keeps its label; pass pad_token_id=... to "
+                  "choose another id", eos)
+        return int(eos), "eos"
+    return resolve_token_id("pad_token_id", None, tokenizer, spec, "to pad rows"), "spec"
 
 
 def check_id_in_vocab(name: str, token_id: int, explicit: int | None, tokenizer: Any, vocab_size: int | None,

@@ -51,7 +51,9 @@ class TextCollator:
         tokenizer: a transformers tokenizer; needed for raw text, and a source of default ids.
         task_spec: defaults for every option below that is not given.
         task_type: one of ``TASK_TYPES``; default the spec's, else 'causal_lm'.
-        pad_token_id: explicit > ``tokenizer.pad_token_id`` > ``spec.special_tokens['pad_token_id']``.
+        pad_token_id: explicit > ``tokenizer.pad_token_id`` > for causal_lm, ``tokenizer.eos_token_id`` (logged
+            once; padded labels are set by position, so a real eos keeps its label) >
+            ``spec.special_tokens['pad_token_id']``. ``pad_source`` says which: 'given', 'tokenizer', 'eos', 'spec'.
         label_pad_token_id: label of padded (and unselected masked-LM) positions.
         pad_to_multiple_of: round the padded length up to a multiple of this.
         padding: 'longest' (pad to the batch's longest row) or 'max_length' (every batch ``max_length`` wide, as
@@ -112,7 +114,7 @@ class TextCollator:
             raise TypeError(f"task_spec should be a TaskSpec or None, but got {type(spec).__name__}: {spec!r}")
         self.tokenizer = tokenizer
         self.task_type = opts.resolve_task_type(task_type, spec)
-        self.pad_token_id = opts.resolve_token_id("pad_token_id", pad_token_id, tokenizer, spec, "to pad rows")
+        self.pad_token_id, self.pad_source = opts.resolve_pad_token_id(pad_token_id, tokenizer, spec, self.task_type)
         self.label_pad_token_id = opts.check_int("label_pad_token_id", label_pad_token_id)
         self.pad_to_multiple_of = opts.check_int("pad_to_multiple_of", pad_to_multiple_of, minimum=1, optional=True)
         if padding_side is None:

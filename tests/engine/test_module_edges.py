@@ -1,6 +1,7 @@
 """UniversalDataModule at the edges: values a new user passes that used to be misread silently."""
 
 import copy
+import logging
 import pickle
 
 import datasets
@@ -24,6 +25,25 @@ class TestPadId:
                                              r"len\(tokenizer\)=\d+\), but got pad_token_id=50256 from "
                                              r"spec.special_tokens\['pad_token_id'\]: the tokenizer has no pad token"):
             UniversalDataModule(ROWS, task_spec=TaskSpec.lm_tiny(), tokenizer=tokenizer)
+
+    def test_a_causal_lm_tokenizer_without_pad_token_pads_with_its_eos(self, caplog):
+        tokenizer = copy.deepcopy(build_tokenizer())
+        tokenizer.pad_token = None  # as GPT-2 and Llama: an eos token, no pad token
+        eos = tokenizer.eos_token_id
+        rows = [torch.cat([torch.randint(20, 100, (n,)), torch.tensor([eos])]) for n in range(3, 23)]
+        with caplog.at_level(logging.INFO, logger="collators"):
+            dm = UniversalDataModule(rows, task_spec=TaskSpec.lm_tiny(), tokenizer=tokenizer, batch_size=20)
+            batches = list(dm.train_dataloader())
+        said = [record.getMessage() for record in caplog.records if "has no pad token" in record.getMessage()]
+        assert len(said) == 1 and f"padded with its eos token (id {eos})" in said[0]
+        assert tokenizer.pad_token is None  # the user's tokenizer is not changed
+        assert dm.collator.pad_token_id == eos  # not the preset's 50256
+        (batch,) = batches
+        padded, real = batch["attention_mask"] == 0, batch["attention_mask"] == 1
+        assert batch["input_ids"][padded].unique().tolist() == [eos]
+        assert (batch["labels"][padded] == -100).all()
+        assert (batch["labels"][real] == batch["input_ids"][real]).all()  # every real eos keeps its label
+        assert f"padding: with the tokenizer's eos token (id {eos}), as it has no pad token" in repr(dm)
 
     def test_the_tokenizers_own_pad_id_is_used(self):
         tokenizer = build_tokenizer()
