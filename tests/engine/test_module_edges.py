@@ -3,6 +3,7 @@
 import copy
 import logging
 import pickle
+import re
 
 import datasets
 import numpy as np
@@ -122,3 +123,65 @@ class TestTruncationIsReported:
             dm = UniversalDataModule(ROWS, task_spec=TaskSpec.lm_tiny(), batch_size=4)
             dm.setup()
         assert dm.truncation["long_rows"] == 0 and "truncation" not in repr(dm) and not caplog.records
+
+
+class TestStringLabels:
+    """Class labels given as strings are refused at construction, before any text is tokenized; a ClassLabel
+    column gives the class names and count."""
+
+    SPEC = TaskSpec.cls_tiny()
+
+    def reviews(self, labels):
+        return datasets.Dataset.from_dict({"text": ["good film", "bad film", "fine"] * 2, "labels": labels})
+
+    def test_string_labels_are_refused_before_tokenizing(self, monkeypatch):
+        tokenizer = build_tokenizer()
+        monkeypatch.setattr(type(tokenizer), "__call__", lambda *args, **kwargs: pytest.fail("tokenized"))
+        data = self.reviews(["positive", "negative", "neutral"] * 2)
+        expected = ("train_data's label column 'labels' should hold class ids (ints) for task_type='classification', "
+                    "but got strings: 'positive', 'negative', 'neutral', ...; encode them first: "
+                    "train = train.class_encode_column('labels'), then each other split with "
+                    "split = split.cast_column('labels', train.features['labels']) so that all share one mapping (a "
+                    "DatasetDict's class_encode_column encodes each split on its own), or map them to ids yourself")
+        with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
+            UniversalDataModule(data, task_spec=self.SPEC, tokenizer=tokenizer)
+
+    def test_string_labels_in_rows_are_refused_too(self):
+        rows = {"input_ids": [torch.tensor([5, 6])] * 4, "labels": ["positive"] * 4}  # columns, not Arrow
+        with pytest.raises(ValueError, match=re.escape("val_data's label column 'labels' should hold class ids (ints) "
+                                                       "for task_type='classification', but got strings: 'positive'")):
+            UniversalDataModule(self.reviews([0, 1, 2] * 2), val_data=rows, task_spec=self.SPEC,
+                                tokenizer=build_tokenizer())
+
+    def test_a_class_label_column_gives_the_names_and_count(self):
+        data = self.reviews(["positive", "negative", "neutral"] * 2).class_encode_column("labels")
+        spec = self.SPEC.replace(additional_config={"num_classes": 3})
+        dm = UniversalDataModule(data, task_spec=spec, tokenizer=build_tokenizer(), batch_size=2)
+        assert dm.id2label == {0: "negative", 1: "neutral", 2: "positive"}
+        assert dm.label2id == {"negative": 0, "neutral": 1, "positive": 2} and dm.num_classes == 3
+        assert sorted(next(iter(dm.train_dataloader()))["labels"].tolist()) in ([1, 2], [0, 2], [0, 1])
+
+    def test_without_a_class_label_there_are_no_names(self):
+        dm = UniversalDataModule(self.reviews([0, 1, 0] * 2), task_spec=self.SPEC, tokenizer=build_tokenizer())
+        assert dm.id2label is None and dm.label2id is None and dm.num_classes == self.SPEC.num_classes
+
+    def test_a_spec_num_classes_that_contradicts_the_class_label_is_refused(self):
+        data = self.reviews(["positive", "negative", "neutral"] * 2).class_encode_column("labels")
+        spec = self.SPEC.replace(additional_config={"num_classes": 2})
+        expected = ("TaskSpec.num_classes should match train_data's ClassLabel column 'labels' (3 classes: "
+                    "'negative', 'neutral', 'positive'), but got num_classes=2; set "
+                    "spec.replace(additional_config={'num_classes': 3}), or re-encode the column")
+        with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
+            UniversalDataModule(data, task_spec=spec, tokenizer=build_tokenizer())
+
+    def test_splits_whose_class_labels_differ_are_refused(self):
+        train = self.reviews(["positive", "negative", "neutral"] * 2).class_encode_column("labels")
+        val = self.reviews(["positive", "negative", "negative"] * 2).class_encode_column("labels")
+        spec = self.SPEC.replace(additional_config={"num_classes": 3})
+        with pytest.raises(ValueError, match=re.escape("val_data's ClassLabel column 'labels' should have train_data's "
+                                                       "class names ['negative', 'neutral', 'positive'], but got "
+                                                       "['negative', 'positive']")):
+            UniversalDataModule(train, val_data=val, task_spec=spec, tokenizer=build_tokenizer())
+        shared = self.reviews(["positive", "negative", "negative"] * 2).cast_column("labels", train.features["labels"])
+        dm = UniversalDataModule(train, val_data=shared, task_spec=spec, tokenizer=build_tokenizer())
+        assert dm.id2label[2] == "positive"
