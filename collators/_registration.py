@@ -120,3 +120,17 @@ def qualname(factory: Any) -> str:
     name = getattr(factory, "__qualname__", repr(factory))
     module = getattr(factory, "__module__", None)
     return f"{module}.{name}" if module else name
+
+
+def same_function(registered: Any, new: Any) -> bool:
+    """Whether ``new`` is ``registered`` defined again, as when a notebook cell runs twice.
+
+    That is the same object, or the same ``__module__`` and ``__qualname__``. Lambdas are never taken for one another:
+    they all share one name.
+    """
+    if new is registered:
+        return True
+    names = [(getattr(f, "__module__", None), getattr(f, "__qualname__", None)) for f in (registered, new)]
+    (module, name), other = names
+    return (isinstance(module, str) and isinstance(name, str) and "<lambda>" not in name
+            and names[0] == other)

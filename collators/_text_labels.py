@@ -134,11 +134,27 @@ def all_ones(flat: np.ndarray) -> bool:
     return len(flat) == 0 or (int(flat.min()) == 1 and int(flat.max()) == 1)
 
 
-def pad_target(options: TextOptions, flat: Any, lengths: torch.Tensor,
-               pad_value: int) -> tuple[torch.Tensor, PaddingLayout]:
-    """Pad a seq2seq target sequence to its own longest row, truncated to ``max_target_length``."""
-    width = padded_length(int(lengths.max()), max_length=options.max_target_length,
-                          pad_to_multiple_of=options.pad_to_multiple_of)
+def pad_target(options: TextOptions, flat: Any, lengths: torch.Tensor, pad_value: int,
+               key: str) -> tuple[torch.Tensor, PaddingLayout]:
+    """Pad a seq2seq target sequence ``key`` to its own longest row, truncated to ``max_target_length``.
+
+    With ``padding='max_length'`` every batch has one width, as transformers' ``DataCollatorForSeq2Seq``:
+    ``max_target_length``, else ``max_length``. Without ``max_target_length`` a longer target is refused, not cut.
+    """
+    static = options.padding == "max_length"
+    cap = options.max_target_length
+    if static and cap is None:
+        cap = options.max_length
+        longer = torch.nonzero(lengths > cap)
+        if len(longer):
+            row = int(longer[0, 0])
+            raise ValueError(
+                f"{key!r} should have at most max_length={cap} tokens with padding='max_length' and no "
+                f"max_target_length, but got {int(lengths[row])} tokens in row {row}; set max_target_length=... to "
+                f"truncate the targets, or raise max_length"
+            )
+    width = padded_length(int(lengths.max()), max_length=cap, pad_to_multiple_of=options.pad_to_multiple_of,
+                          padding="max_length" if static else "longest")
     layout = PaddingLayout(lengths, length=width, padding_side=options.padding_side)
     return layout.fill(flat, pad_value, torch.long), layout
 
@@ -215,7 +231,7 @@ def _add_seq2seq_labels(options: TextOptions, batch: dict[str, Any], inputs: Row
     check = _vocab_check(options, options.label_pad_token_id)
     if check is not None:
         check_range(flat, field, lengths=lengths, **check)
-    batch[field] = pad_target(options, flat, lengths, options.label_pad_token_id)[0]
+    batch[field] = pad_target(options, flat, lengths, options.label_pad_token_id, field)[0]
     if "decoder_input_ids" in inputs.keys:
         _add_decoder_inputs(options, batch, inputs, consumed)
 
@@ -226,7 +242,8 @@ def _add_decoder_inputs(options: TextOptions, batch: dict[str, Any], inputs: Row
     check = _vocab_check(options)
     if check is not None:
         check_range(flat, "decoder_input_ids", lengths=lengths, **check)
-    batch["decoder_input_ids"], layout = pad_target(options, flat, lengths, options.pad_token_id)
+    batch["decoder_input_ids"], layout = pad_target(options, flat, lengths, options.pad_token_id,
+                                                     "decoder_input_ids")
     consumed.add("decoder_input_ids")
     if "decoder_attention_mask" in inputs.keys:
         flat, mask_lengths = inputs.ids("decoder_attention_mask", allow_bool=True)

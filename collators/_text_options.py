@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Protocol
 
 import torch
 
 from task_spec import TaskSpec
 from task_spec.spec import TASK_TYPES
+
+_log = logging.getLogger("collators.text")
 
 TOKEN_KEYS = {"attention_mask": 0, "token_type_ids": 0, "special_tokens_mask": 1}
 """Per-token keys a row may carry beside ``input_ids``, with the value their padding gets (as ``tokenizer.pad``)."""
@@ -25,6 +28,8 @@ class TextOptions(Protocol):
     label_pad_token_id: int
     pad_to_multiple_of: int | None
     padding_side: str
+    padding: str
+    max_length: int | None
     max_target_length: int | None
     target_field: str
     target_text_field: str
@@ -85,6 +90,50 @@ def resolve_token_id(name: str, explicit: int | None, tokenizer: Any, spec: Task
     raise ValueError(
         f"{name} is needed {why}, but {where} and the task spec has none; pass {name}=..., a tokenizer= that "
         f"defines it, or a TaskSpec with special_tokens={{{name!r}: ...}}"
+    )
+
+
+def resolve_pad_token_id(explicit: int | None, tokenizer: Any, spec: TaskSpec | None,
+                         task_type: str) -> tuple[int, str]:
+    """The pad id and where it came from ('given', 'tokenizer', 'eos' or 'spec').
+
+    Explicit > ``tokenizer.pad_token_id`` > for causal LM, ``tokenizer.eos_token_id`` > the spec's > error. A
+    causal-LM tokenizer often has an eos token and no pad token (GPT-2, Llama): padding with eos is safe because
+    the labels of padded positions are set by position, never by id, so the eos that ends a row keeps its label.
+    The tokenizer itself is never changed.
+    """
+    if explicit is not None:
+        return check_int("pad_token_id", explicit, minimum=0), "given"
+    if tokenizer is not None and getattr(tokenizer, "pad_token_id", None) is not None:
+        return int(tokenizer.pad_token_id), "tokenizer"
+    eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
+    if task_type == "causal_lm" and eos is not None:
+        _log.info("the tokenizer has no pad token, so causal_lm rows are padded with its eos token (id %d); padded "
+                  "positions get label -100 by position, so a real eos keeps its label; pass pad_token_id=... to "
+                  "choose another id", eos)
+        return int(eos), "eos"
+    return resolve_token_id("pad_token_id", None, tokenizer, spec, "to pad rows"), "spec"
+
+
+def check_id_in_vocab(name: str, token_id: int, explicit: int | None, tokenizer: Any, vocab_size: int | None,
+                      vocab_source: str) -> None:
+    """Refuse, at construction, an id the collator writes into ``input_ids`` that came from the TaskSpec because
+    the tokenizer lacks that special token, and that lies outside the vocabulary.
+
+    A preset's ids belong to the preset's vocabulary, not the tokenizer's: the model's embedding would be indexed
+    past its end, a device-side assert far from its cause. An id passed explicitly is the caller's choice (a pad id
+    no real token uses is legitimate: padded positions are masked), so it is left alone.
+    """
+    if explicit is not None or tokenizer is None or getattr(tokenizer, name, None) is not None:
+        return
+    if vocab_size is None or token_id < vocab_size:
+        return
+    raise ValueError(
+        f"{name} should be an id of the vocabulary (0..{vocab_size - 1}, {vocab_source}={vocab_size}), but got "
+        f"{name}={token_id} from spec.special_tokens[{name!r}]: the tokenizer has no "
+        f"{name.removesuffix('_token_id')} token, so the id came from the TaskSpec, whose vocabulary is not the "
+        f"tokenizer's; pass {name}=... (an id of the tokenizer), or spec.replace(special_tokens={{{name!r}: ...}}) "
+        f"with one"
     )
 
 

@@ -20,6 +20,7 @@ from collators._registration import (
     Resolution,
     check_selection,
     qualname,
+    same_function,
     why_not,
 )
 from task_spec import TaskSpec
@@ -70,7 +71,9 @@ class CollatorRegistry:
         """Decorator that records ``factory`` under ``name`` and returns it unchanged.
 
         The factory is called as ``factory(task_spec=spec_or_None, **kwargs)`` and must return a
-        callable ``(rows) -> batch``. Registering an existing name raises unless ``override=True``.
+        callable ``(rows) -> batch``. Registering an existing name raises unless ``override=True`` or the factory
+        is the registered one defined again (the same ``__module__`` and ``__qualname__``, as when a notebook cell
+        runs twice), which replaces it.
         ``modality`` must be one of MODALITIES and ``task_types`` of TASK_TYPES (with a modality), or the
         entry could never be chosen for a spec.
         """
@@ -83,7 +86,7 @@ class CollatorRegistry:
                 raise TypeError(f"register({name!r}) decorates a factory function, but got {factory!r}")
             with self._lock:
                 existing = self._entries.get(name)
-                if existing is not None and not override:
+                if existing is not None and not override and not same_function(existing.factory, factory):
                     raise ValueError(
                         f"a collator named {name!r} is already registered ({qualname(existing.factory)}); "
                         f"pass override=True to replace it with {qualname(factory)}, or choose another name"

@@ -33,7 +33,9 @@ class TextCollator:
     - ``classification`` / ``regression``: ``target_field`` stacked as int64 / float32.
     - ``token_classification``: per-token ``target_field`` padded with ``label_pad_token_id``.
     - ``seq2seq``: ``target_field`` (or text under ``target_text_field``) padded separately to its own longest row,
-      truncated to ``max_target_length``; ``decoder_input_ids`` are padded with ``pad_token_id``.
+      truncated to ``max_target_length``; ``decoder_input_ids`` are padded with ``pad_token_id``. With
+      ``padding='max_length'`` both are ``max_target_length`` wide, else ``max_length`` wide (a longer target
+      is then refused), as transformers' ``DataCollatorForSeq2Seq``.
 
     Rows without targets (none of them has ``target_field``, or it is None in all) are a batch for prediction:
     inputs are padded and, except for causal/masked LM, no labels are returned. Targets in some rows only raise.
@@ -49,7 +51,9 @@ class TextCollator:
         tokenizer: a transformers tokenizer; needed for raw text, and a source of default ids.
         task_spec: defaults for every option below that is not given.
         task_type: one of ``TASK_TYPES``; default the spec's, else 'causal_lm'.
-        pad_token_id: explicit > ``tokenizer.pad_token_id`` > ``spec.special_tokens['pad_token_id']``.
+        pad_token_id: explicit > ``tokenizer.pad_token_id`` > for causal_lm, ``tokenizer.eos_token_id`` (logged
+            once; padded labels are set by position, so a real eos keeps its label) >
+            ``spec.special_tokens['pad_token_id']``. ``pad_source`` says which: 'given', 'tokenizer', 'eos', 'spec'.
         label_pad_token_id: label of padded (and unselected masked-LM) positions.
         pad_to_multiple_of: round the padded length up to a multiple of this.
         padding: 'longest' (pad to the batch's longest row) or 'max_length' (every batch ``max_length`` wide, as
@@ -110,7 +114,7 @@ class TextCollator:
             raise TypeError(f"task_spec should be a TaskSpec or None, but got {type(spec).__name__}: {spec!r}")
         self.tokenizer = tokenizer
         self.task_type = opts.resolve_task_type(task_type, spec)
-        self.pad_token_id = opts.resolve_token_id("pad_token_id", pad_token_id, tokenizer, spec, "to pad rows")
+        self.pad_token_id, self.pad_source = opts.resolve_pad_token_id(pad_token_id, tokenizer, spec, self.task_type)
         self.label_pad_token_id = opts.check_int("label_pad_token_id", label_pad_token_id)
         self.pad_to_multiple_of = opts.check_int("pad_to_multiple_of", pad_to_multiple_of, minimum=1, optional=True)
         if padding_side is None:
@@ -136,9 +140,13 @@ class TextCollator:
         self.num_classes = opts.resolve_num_classes(num_classes, spec)
         self.vocab_size, self.vocab_source = opts.resolve_vocab_size(
             vocab_size, tokenizer, spec, required=self.task_type == "masked_lm")
+        opts.check_id_in_vocab("pad_token_id", self.pad_token_id, pad_token_id, tokenizer, self.vocab_size,
+                               self.vocab_source)
         if self.task_type == "masked_lm":
             self.mlm_probability, self.mask_token_id, self.special_token_ids = opts.resolve_masked_lm(
                 mlm_probability, mask_token_id, special_token_ids, tokenizer, spec, self.pad_token_id)
+            opts.check_id_in_vocab("mask_token_id", self.mask_token_id, mask_token_id, tokenizer, self.vocab_size,
+                                   self.vocab_source)
 
     def __call__(self, rows: Sequence[Any], generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
         """Collate ``rows`` into a dict of tensors; ``generator`` drives masked-LM randomness (else the own one).

@@ -18,6 +18,7 @@ from engine.loading.state import TrainPosition
 from engine.sampling.modes import resolve_batching
 from engine.sources.adapt import MapSource
 from engine.sources.bad_rows import SkipReport
+from engine.sources.inputs import check_same_classes, class_maps
 from engine.sources.kinds import is_named_datasets
 from engine.sources.long_rows import LongRows, check_sources
 from engine.sources.splits import SplitPlan
@@ -112,6 +113,7 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
         self._given, self._stream = take_inputs(
             train_data, val_data=val_data, test_data=test_data, predict_data=predict_data, task_spec=task_spec,
             tokenizer=tokenizer, val_split=val_split, test_split=test_split, shuffle=shuffle, seed=seed, uneven=uneven)
+        self.id2label, self.label2id = class_maps(check_same_classes(self._given, task_spec))
         self.skipped = SkipReport.checked(on_error, max_skipped, is_stream=self._stream is not None)  # rows left out
         self.task_spec, self.tokenizer, self.seed = task_spec, tokenizer, seed
         self.val_split, self.test_split, self.uneven, self.validate = val_split, test_split, uneven, validate
@@ -171,6 +173,12 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
         random states are untouched. None without training data. Runs ``setup()``."""
         self.setup()
         return first_batch(self._new_train_loader()) if "train" in self.datasets else None
+
+    @property
+    def num_classes(self) -> int | None:
+        """The spec's ``num_classes``, else the train data's ``ClassLabel`` count (``id2label``), else None."""
+        spec_count = self.task_spec.num_classes if self.task_spec is not None else None
+        return spec_count if spec_count is not None else (len(self.id2label) if self.id2label else None)
 
     @property
     def split_sizes(self) -> dict[str, int | None]:

@@ -25,7 +25,7 @@ from engine.loading.state import (
 )
 from engine.multi.config import MultiDataLoaderConfig
 from engine.multi.loader import MultiDataLoader
-from engine.sources.kinds import is_hf_dataset_dict, is_named_datasets
+from engine.sources.kinds import DATASETS, is_hf_dataset_dict, is_named_datasets
 from engine.tools.report import DataReport
 from task_spec import TaskSpec
 
@@ -81,7 +81,8 @@ class MultiDataModule(lightning.LightningDataModule):
     def __init__(self, train_data: Mapping[str, Any], *, task_spec: Any = None, seed: int = 42,
                  multi_config: MultiDataLoaderConfig | None = None, **options: Any) -> None:
         super().__init__()
-        if not is_named_datasets(train_data, task_spec if isinstance(task_spec, TaskSpec) else None):
+        if not is_named_datasets(train_data, task_spec if isinstance(task_spec, TaskSpec) else None,
+                                 ambiguous=DATASETS):
             raise TypeError(f"MultiDataModule takes train_data={{name: data}}, but got {type(train_data).__name__}; "
                             f"use UniversalDataModule for a single dataset")
         configuration = {"task_spec": task_spec, "seed": seed, "multi_config": multi_config, **options}

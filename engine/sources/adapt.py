@@ -223,7 +223,7 @@ def as_source(data: Any, *, key: str | None = None, spec: Any = None, what: str 
         return HFSource(data)
     if type(data).__name__ == "DataFrame" and type(data).__module__.startswith("pandas"):
         return HFSource(hf_datasets.Dataset.from_pandas(data, preserve_index=False))  # Arrow, no row copies
-    if is_column_dict(data, spec):
+    if is_column_dict(data, spec, what):
         return TorchSource(columns_dataset(data))
     if is_path_data(data):
         return HFSource(load_paths(data, what))  # .csv, .json(l), .parquet or a folder, read by datasets into Arrow

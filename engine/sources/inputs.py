@@ -87,3 +87,75 @@ def check_inputs(
             f"{spec.target_field!r}, but the available fields are {', '.join(map(repr, keys))}. Rename the label "
             f"field or set TaskSpec.target_field"
         )
+    if spec.task_type in CLASS_TASKS and spec.target_field in keys:
+        check_class_labels(source, spec, role)
+
+
+CLASS_TASKS = ("classification", "token_classification")
+"""Task types whose labels are class ids."""
+
+
+def class_names(source: MapSource | None, field: str) -> tuple[str, ...] | None:
+    """The class names of a ``datasets.ClassLabel`` column ``field`` (per token: a list of ClassLabel), or None."""
+    if not isinstance(source, HFSource) or field not in source.dataset.features:
+        return None
+    feature = source.dataset.features[field]
+    feature = getattr(feature, "feature", feature)  # token classification: a list of ClassLabel
+    return tuple(feature.names) if type(feature).__name__ == "ClassLabel" else None
+
+
+def check_class_labels(source: MapSource, spec: TaskSpec, role: str) -> None:
+    """Refuse string class labels now, before any text is tokenized (naming the first values and the fix), and a
+    spec whose ``num_classes`` contradicts a ``ClassLabel`` column."""
+    field = spec.target_field
+    names = class_names(source, field)
+    if names is not None:
+        # the other splits' names are held to train's (check_same_classes), a more telling error
+        if role == "train_data" and spec.num_classes is not None and spec.num_classes != len(names):
+            raise ValueError(
+                f"TaskSpec.num_classes should match {role}'s ClassLabel column {field!r} ({len(names)} classes: "
+                f"{', '.join(map(repr, names))}), but got num_classes={spec.num_classes}; set "
+                f"spec.replace(additional_config={{'num_classes': {len(names)}}}), or re-encode the column"
+            )
+        return
+    count = min(len(source), 8)
+    if isinstance(source, HFSource):
+        values = source.dataset.select(range(count))[field]
+    else:
+        values = [source[index][field] for index in range(count)]
+    flat = [item for value in values for item in (value if isinstance(value, (list, tuple)) else [value])]
+    strings = list(dict.fromkeys(item for item in flat if isinstance(item, str)))
+    if strings:
+        shown = ", ".join(map(repr, strings[:3])) + (", ..." if len(strings) > 3 or len(flat) > len(strings) else "")
+        raise ValueError(
+            f"{role}'s label column {field!r} should hold class ids (ints) for task_type={spec.task_type!r}, but "
+            f"got strings: {shown}; encode them first: train = train.class_encode_column({field!r}), then each "
+            f"other split with split = split.cast_column({field!r}, train.features[{field!r}]) so that all share "
+            f"one mapping (a DatasetDict's class_encode_column encodes each split on its own), or map them to ids "
+            f"yourself"
+        )
+
+
+def check_same_classes(given: Mapping[str, MapSource], spec: TaskSpec | None) -> tuple[str, ...] | None:
+    """The train split's class names (a ``ClassLabel`` column), refusing another split whose names differ: its ids
+    would mean other classes. None when the train data has no ClassLabel column."""
+    if spec is None or spec.task_type not in CLASS_TASKS:
+        return None
+    names = class_names(given.get("train"), spec.target_field)
+    for role, source in given.items():
+        other = class_names(source, spec.target_field)
+        if names is not None and other is not None and other != names:
+            raise ValueError(
+                f"{role}_data's ClassLabel column {spec.target_field!r} should have train_data's class names "
+                f"{list(names)}, but got {list(other)}: its ids would mean other classes; encode it with train's: "
+                f"split = split.cast_column({spec.target_field!r}, train.features[{spec.target_field!r}]) on the "
+                f"string column"
+            )
+    return names
+
+
+def class_maps(names: tuple[str, ...] | None) -> tuple[dict[int, str] | None, dict[str, int] | None]:
+    """``(id2label, label2id)`` of class names (as a transformers config takes them), or ``(None, None)``."""
+    if names is None:
+        return None, None
+    return dict(enumerate(names)), {name: index for index, name in enumerate(names)}

@@ -7,8 +7,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import Dataset
+
+from engine.sources.files import is_path_data
 
 
 def is_hf_dataset_dict(data: Any) -> bool:
@@ -20,10 +23,10 @@ def is_hf_dataset_dict(data: Any) -> bool:
 
 
 ACCEPTED = ("a datasets.Dataset or DatasetDict, a datasets.IterableDataset (a stream), a map-style torch Dataset "
-            "(rows as dicts or (input, target) tuples), a list of tensors, a pandas DataFrame, a dict of equal-length "
-            "column tensors keyed by the spec's fields, a path (str or pathlib.Path, or a list of them) to .csv, "
-            ".json, .jsonl or .parquet files or to a folder of images or audio files, or {name: one of these} for "
-            "several datasets")
+            "(rows as dicts or (input, target) tuples), a list of tensors, a pandas DataFrame, a dict of "
+            "equal-length columns (tensors, arrays or lists with one value per row), a path (str or pathlib.Path, "
+            "or a list of them) to .csv, .json, .jsonl or .parquet files or to a folder of images or audio files, "
+            "or {name: one of these} for several datasets")
 
 
 class TupleRows(Dataset):
@@ -75,13 +78,93 @@ def tuple_fields(first: Any, spec: Any) -> tuple[str, ...] | None:
                      f"dicts, or set TaskSpec.input_fields/target_field so that their count matches")
 
 
-def is_column_dict(data: Any, spec: Any) -> bool:
-    """Whether ``data`` is one dataset's columns (keys among the spec's fields), not several named datasets."""
-    if not isinstance(data, dict) or spec is None or is_hf_dataset_dict(data) or not data:
+COLUMN_NAMES = frozenset({
+    "input_ids", "attention_mask", "token_type_ids", "special_tokens_mask", "position_ids", "labels", "label",
+    "decoder_input_ids", "decoder_attention_mask", "pixel_values", "input_values", "features", "text", "source",
+    "target", "image", "audio",
+})
+"""Keys that name a column wherever they appear (beside the spec's fields): a dict of lists of tensors under
+them is one dataset's columns."""
+
+COLUMNS, DATASETS = "columns", "datasets"
+
+
+def _value_kind(value: Any) -> str:
+    """'column' (a tensor, array or list of values: one per row), 'dataset' (a kind a module reads as one
+    dataset), 'either' (a list of tensors: a ragged column, or a dataset of tensor rows), or 'neither'."""
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        return "column" if value.ndim >= 1 else "neither"
+    if isinstance(value, (list, tuple)):
+        if value and all(isinstance(item, torch.Tensor) for item in value):
+            return "either"
+        return "dataset" if is_path_data(value) else "column"
+    if is_path_data(value) or is_hf_dataset_dict(value) or isinstance(value, Dataset) or (
+            type(value).__module__.split(".")[0] in ("datasets", "pandas")):
+        return "dataset"
+    if hasattr(value, "__getitem__") and hasattr(value, "__len__") and not isinstance(value, (str, bytes, Mapping)):
+        return "dataset"  # a map-style dataset that does not subclass torch's
+    return "neither"
+
+
+def read_dict(data: Mapping[str, Any], spec: Any = None, *, what: str = "train_data",
+              ambiguous: str | None = None) -> str:
+    """How a dict given as data is read: :data:`COLUMNS` (one dataset's columns) or :data:`DATASETS`
+    (``{name: dataset}``). A ``DatasetDict`` is neither: it holds splits.
+
+    The rule, value by value: a tensor, array or list of values is a column, and is never a dataset; a Dataset,
+    DataFrame or path is a dataset, and is never a column. So a dict of columns is one dataset, and a dict of
+    datasets is several, whatever the keys. A list of tensors is either (a ragged column, or a dataset of tensor
+    rows): a dict of only such lists is columns when every key names a column (the spec's fields, or
+    :data:`COLUMN_NAMES`) and the lists have equal lengths, named datasets when no key does, and otherwise
+    ``ambiguous`` decides (``MultiDataModule`` passes :data:`DATASETS`), else it is refused naming both readings.
+
+    Raises:
+        ValueError: a dict that mixes columns and datasets, or that reads both ways with no ``ambiguous``.
+        TypeError: a value that is neither a column nor a dataset.
+    """
+    kinds = {key: _value_kind(value) for key, value in data.items()}
+    for key, kind in kinds.items():
+        if kind == "neither":
+            raise TypeError(f"{what}[{key!r}] should be a column (a tensor, array or list with one value per row) or "
+                            f"a dataset, but got {type(data[key]).__name__}: {data[key]!r:.60}")
+    columns = [key for key, kind in kinds.items() if kind == "column"]
+    datasets = [key for key, kind in kinds.items() if kind == "dataset"]
+    if columns and datasets:
+        raise ValueError(f"{what} mixes columns ({', '.join(map(repr, columns))}) and datasets "
+                         f"({', '.join(map(repr, datasets))}); give one dataset's columns (a tensor, array or list "
+                         f"with one value per row under each key) or {{name: dataset}}")
+    if columns:
+        return COLUMNS
+    if datasets:
+        return DATASETS
+    names = set(COLUMN_NAMES)
+    if spec is not None and not isinstance(spec, Mapping):
+        names.update((*spec.input_fields, spec.target_field))
+    named = [key for key in data if key in names]
+    lengths = {len(value) for value in data.values()}
+    if len(named) == len(data) and len(lengths) == 1:
+        return COLUMNS
+    if not named:
+        return DATASETS
+    if ambiguous is not None:
+        return ambiguous
+    keys = ", ".join(f"{key!r}: ..." for key in data)
+    other = next(key for key in data if key not in names)
+    sizes = f"every value has {lengths.pop()} items" if len(lengths) == 1 else "but the values' lengths differ"
+    raise ValueError(
+        f"{what}={{{keys}}} reads two ways: as one dataset's columns ({sizes}) or as named datasets (every value is "
+        f"a list of tensors), and its keys do not decide ({named[0]!r} names a column, {other!r} does not); for "
+        f"columns, pass datasets.Dataset.from_dict({what}) or torch.utils.data.StackDataset(**{what}), or a "
+        f"TaskSpec whose input_fields/target_field name the keys; for named datasets, use "
+        f"MultiDataModule({what}, ...)"
+    )
+
+
+def is_column_dict(data: Any, spec: Any, what: str = "train_data") -> bool:
+    """Whether ``data`` is one dataset's columns (see :func:`read_dict`), not several named datasets."""
+    if not isinstance(data, dict) or not data or is_hf_dataset_dict(data):
         return False
-    if isinstance(spec, dict):
-        return False
-    return any(key in (*spec.input_fields, spec.target_field) for key in data)
+    return read_dict(data, spec, what=what) == COLUMNS
 
 
 def columns_dataset(columns: dict[str, Any]) -> Any:
@@ -118,8 +201,9 @@ def unpack_dataset_dict(data: Any, val_data: Any, test_data: Any) -> tuple[Any, 
     )
 
 
-def is_named_datasets(train_data: Any, task_spec: Any = None) -> bool:
+def is_named_datasets(train_data: Any, task_spec: Any = None, *, ambiguous: str | None = None) -> bool:
     """Whether ``train_data`` is ``{name: data}`` (several datasets): not a ``DatasetDict`` of splits, and not one
-    dataset's columns (a dict whose keys are the spec's fields, such as ``{"input_ids": ..., "labels": ...}``)."""
-    return (isinstance(train_data, Mapping) and not is_hf_dataset_dict(train_data)
-            and not is_column_dict(train_data, task_spec))
+    dataset's columns (see :func:`read_dict`; ``ambiguous`` reads a dict that could be either)."""
+    if not isinstance(train_data, Mapping) or is_hf_dataset_dict(train_data):
+        return False
+    return not train_data or read_dict(train_data, task_spec, ambiguous=ambiguous) == DATASETS

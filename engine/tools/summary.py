@@ -35,6 +35,9 @@ def summary_rows(dm: Any, *, shapes: bool = True) -> list[tuple[str, str]]:
         rows.append(("data", f"{sizes} (splits after setup(); val_split={dm.val_split!r})"))
     collator = collator_line(dm)
     rows.append(("collator", f"{collator['class']} from {collator['name']!r}: {collator['reason']}"))
+    if getattr(dm.collator, "pad_source", None) == "eos":
+        rows.append(("padding", f"with the tokenizer's eos token (id {dm.collator.pad_token_id}), as it has no pad "
+                                f"token; padded positions get label -100 by position, so a real eos keeps its label"))
     config = dm.train_config
     size = (f"max_tokens={dm.max_tokens} ({dm.batching})" if dm.batching in BUDGET_MODES
             else f"batch_size={config.batch_size}")  # a token budget, not a row count, sizes these batches

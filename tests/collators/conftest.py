@@ -17,8 +17,12 @@ SENTENCES = [
 ]
 
 
-def build_tokenizer(*, pad_token: str = "[PAD]", post_processor: bool = True) -> PreTrainedTokenizerFast:
-    """A WordLevel tokenizer over SENTENCES; with ``post_processor`` it adds ``[CLS] ... [SEP]`` like BERT."""
+def build_tokenizer(*, pad_token: str | None = "[PAD]", post_processor: bool = True, eos_token: str | None = "</s>",
+                    mask_token: str | None = "[MASK]") -> PreTrainedTokenizerFast:
+    """A WordLevel tokenizer over SENTENCES; with ``post_processor`` it adds ``[CLS] ... [SEP]`` like BERT.
+
+    ``pad_token``, ``eos_token`` and ``mask_token`` None: a tokenizer without that special token (the ids stay).
+    """
     words = sorted({word for sentence in SENTENCES for word in sentence.split()})
     vocab = {token: index for index, token in enumerate(SPECIALS + words)}
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
@@ -33,8 +37,8 @@ def build_tokenizer(*, pad_token: str = "[PAD]", post_processor: bool = True) ->
         unk_token="[UNK]",
         cls_token="[CLS]",
         sep_token="[SEP]",
-        mask_token="[MASK]",
-        eos_token="</s>",
+        mask_token=mask_token,
+        eos_token=eos_token,
     )
 
 

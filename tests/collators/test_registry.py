@@ -128,6 +128,29 @@ class TestRegister:
         assert registry.names() == ["text"]
         assert registry.get_collator(TaskSpec.lm_tiny())[0] == "other"
 
+    def test_the_same_function_registered_again_replaces_it(self):
+        """Re-running a notebook cell defines a new function object with the same module and qualified name."""
+        registry = _registry(("text", make_text, {"modality": "text"}), ("other", make_other, {"modality": "text"}))
+        namespace = {"__name__": make_text.__module__, "Made": Made}
+        exec("def make_text(task_spec=None, **kwargs):\n    return Made(('rerun', task_spec, kwargs))\n", namespace)
+        rerun = namespace["make_text"]
+        assert rerun is not make_text and _qualname(rerun) == _qualname(make_text)
+        assert registry.register("text", modality="text", description="again")(rerun) is rerun
+        assert registry.names() == ["other", "text"]
+        assert registry.entries()[1].description == "again"
+        assert registry.get_collator(TaskSpec.lm_tiny())[0] == "rerun"
+
+    def test_the_same_function_object_registered_again_replaces_it(self):
+        registry = _registry(("text", make_text, {"modality": "text"}))
+        registry.register("text", modality="text", task_types=["causal_lm"])(make_text)
+        assert registry.entries()[0].task_types == ("causal_lm",)
+
+    def test_lambdas_are_not_taken_for_the_same_function(self):
+        registry = CollatorRegistry()
+        registry.register("text", modality="text")(lambda task_spec=None, **kwargs: Made(("first",)))
+        with pytest.raises(ValueError, match="is already registered"):
+            registry.register("text", modality="text")(lambda task_spec=None, **kwargs: Made(("second",)))
+
     @pytest.mark.parametrize("name", ["", None, 3])
     def test_empty_or_non_string_name_raises(self, name):
         expected = f"register() needs a non-empty collator name, but got name={name!r}"
@@ -451,20 +474,24 @@ class TestThreadSafety:
 
         def register(index):
             decorate = registry.register(SlowName("shared"), modality="text")
+            factory = make_text if index % 2 else make_other
             barrier.wait()
             try:
-                decorate(make_text if index % 2 else make_other)
-                outcomes.append("registered")
+                decorate(factory)
+                outcomes.append(("registered", factory))
             except ValueError as error:
                 assert "already registered" in str(error)
-                outcomes.append("refused")
+                outcomes.append(("refused", factory))
 
         workers = [threading.Thread(target=register, args=(index,)) for index in range(threads)]
         for worker in workers:
             worker.start()
         for worker in workers:
             worker.join()
-        assert sorted(outcomes) == ["refused"] * (threads - 1) + ["registered"]
+        # the first registration wins; the same function registered again replaces it, the other one is refused
+        winner = registry.entries()[0].factory
+        assert sorted(outcome for outcome, factory in outcomes if factory is winner) == ["registered"] * (threads // 2)
+        assert sorted(outcome for outcome, factory in outcomes if factory is not winner) == ["refused"] * (threads // 2)
         assert registry.names() == ["shared"]
 
     def test_resolving_while_others_register_and_unregister(self):

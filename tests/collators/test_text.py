@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import logging
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -17,6 +19,7 @@ from transformers import (
 
 from collators.text import TextCollator, create_text_collator
 from task_spec import TaskSpec
+from tests.collators.conftest import build_tokenizer
 
 SOURCES = ["the cat sat on the mat", "a dog", "birds sing at dawn and dusk tonight", "", "rain"]
 TARGETS = ["the mat", "a dog ran in the park", "", "we read", "old ships"]
@@ -88,6 +91,39 @@ class TestCausalLM:
         assert batch["input_ids"].tolist() == [[7, 5, 8, 5], [9, 5, 5, 5]]
         assert batch["labels"].tolist() == [[7, 5, 8, 5], [9, 5, -100, -100]]
         assert batch["attention_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
+
+    @pytest.mark.parametrize("side", ["right", "left"])
+    def test_a_tokenizer_without_pad_token_pads_with_its_eos(self, side, caplog):
+        tokenizer = build_tokenizer(pad_token=None, post_processor=False)
+        tokenizer.padding_side = side
+        rows = [{"input_ids": [7, 8, 5]}, {"input_ids": [9, 5]}, {"input_ids": [10, 11, 12, 5]}]
+        with caplog.at_level(logging.INFO, logger="collators"):
+            collate = TextCollator(tokenizer=tokenizer)
+        assert (collate.pad_token_id, collate.pad_source) == (5, "eos")
+        assert [record.getMessage() for record in caplog.records] == [
+            "the tokenizer has no pad token, so causal_lm rows are padded with its eos token (id 5); padded "
+            "positions get label -100 by position, so a real eos keeps its label; pass pad_token_id=... to choose "
+            "another id"]
+        batch = collate(rows)
+        assert tokenizer.pad_token is None and tokenizer.pad_token_id is None  # the tokenizer is not changed
+        # transformers needs the pad token set (on a copy here), then masks every eos, the real ones too
+        padded = copy.deepcopy(tokenizer)
+        padded.pad_token = padded.eos_token
+        theirs = DataCollatorForLanguageModeling(padded, mlm=False)(copy.deepcopy(rows))
+        assert torch.equal(batch["input_ids"], theirs["input_ids"])
+        assert torch.equal(batch["attention_mask"], theirs["attention_mask"])
+        real_eos = (batch["input_ids"] == 5) & (batch["attention_mask"] == 1)
+        assert torch.equal(batch["labels"][~real_eos], theirs["labels"][~real_eos])
+        assert batch["labels"][real_eos].tolist() == [5, 5, 5]  # transformers: -100, the model never learns to stop
+        assert (batch["labels"][batch["attention_mask"] == 0] == -100).all()
+
+    def test_eos_padding_is_for_causal_lm_only(self):
+        tokenizer = build_tokenizer(pad_token=None)
+        with pytest.raises(ValueError, match=r"pad_token_id is needed to pad rows, but tokenizer \w+ "
+                                             "has no pad_token_id"):
+            TextCollator(tokenizer=tokenizer, task_type="classification")
+        assert TextCollator(tokenizer=build_tokenizer()).pad_source == "tokenizer"
+        assert TextCollator(tokenizer=tokenizer, pad_token_id=0).pad_source == "given"
 
     def test_pad_equal_to_eos_from_lm_tiny_spec(self):
         eos = TaskSpec.lm_tiny().special_tokens["eos_token_id"]
@@ -286,6 +322,23 @@ class TestErrors:
                                              r"pass pad_token_id=\.\.\., a tokenizer=.*"
                                              r"special_tokens=\{'pad_token_id'"):
             TextCollator()
+
+    def test_a_spec_pad_id_outside_the_tokenizer_vocabulary_is_refused(self):
+        tokenizer = build_tokenizer(pad_token=None, eos_token=None)
+        spec = TaskSpec.cls_tiny().replace(special_tokens={"pad_token_id": 50})
+        expected = ("pad_token_id should be an id of the vocabulary (0..32, len(tokenizer)=33), but got "
+                    "pad_token_id=50 from spec.special_tokens['pad_token_id']: the tokenizer has no pad token, so the "
+                    "id came from the TaskSpec, whose vocabulary is not the tokenizer's; pass pad_token_id=... (an "
+                    "id of the tokenizer), or spec.replace(special_tokens={'pad_token_id': ...}) with one")
+        with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
+            create_text_collator(spec, tokenizer=tokenizer)
+
+    def test_a_preset_mask_id_outside_the_tokenizer_vocabulary_is_refused(self):
+        tokenizer = build_tokenizer(mask_token=None)
+        with pytest.raises(ValueError, match=re.escape("but got mask_token_id=103 from "
+                                                       "spec.special_tokens['mask_token_id']: the tokenizer has no "
+                                                       "mask token")):
+            create_text_collator(TaskSpec.mlm_tiny(), tokenizer=tokenizer)
 
     def test_bad_ids_name_the_row(self):
         with pytest.raises(TypeError, match=r"row 2: 'input_ids' should be a 1-D sequence .* item 1 is float"):

@@ -1,7 +1,9 @@
 """UniversalDataModule at the edges: values a new user passes that used to be misread silently."""
 
 import copy
+import logging
 import pickle
+import re
 
 import datasets
 import numpy as np
@@ -19,10 +21,30 @@ ROWS = [torch.randint(5, 100, (n,)) for n in range(5, 25)]
 class TestPadId:
     def test_a_preset_pad_id_the_tokenizer_lacks_is_refused(self):
         tokenizer = copy.deepcopy(build_tokenizer())
-        tokenizer.pad_token = None  # as with GPT-2: no pad token, so the preset's 50256 would be used
-        with pytest.raises(ValueError, match=r"pad_token_id should be an id of the tokenizer \(0\.\.\d+\), but got "
-                                             r"pad_token_id=50256.*tokenizer.pad_token = tokenizer.eos_token"):
+        tokenizer.pad_token = tokenizer.eos_token = None  # no pad and no eos: the preset's 50256 would be used
+        with pytest.raises(ValueError, match=r"^pad_token_id should be an id of the vocabulary \(0\.\.\d+, "
+                                             r"len\(tokenizer\)=\d+\), but got pad_token_id=50256 from "
+                                             r"spec.special_tokens\['pad_token_id'\]: the tokenizer has no pad token"):
             UniversalDataModule(ROWS, task_spec=TaskSpec.lm_tiny(), tokenizer=tokenizer)
+
+    def test_a_causal_lm_tokenizer_without_pad_token_pads_with_its_eos(self, caplog):
+        tokenizer = copy.deepcopy(build_tokenizer())
+        tokenizer.pad_token = None  # as GPT-2 and Llama: an eos token, no pad token
+        eos = tokenizer.eos_token_id
+        rows = [torch.cat([torch.randint(20, 100, (n,)), torch.tensor([eos])]) for n in range(3, 23)]
+        with caplog.at_level(logging.INFO, logger="collators"):
+            dm = UniversalDataModule(rows, task_spec=TaskSpec.lm_tiny(), tokenizer=tokenizer, batch_size=20)
+            batches = list(dm.train_dataloader())
+        said = [record.getMessage() for record in caplog.records if "has no pad token" in record.getMessage()]
+        assert len(said) == 1 and f"padded with its eos token (id {eos})" in said[0]
+        assert tokenizer.pad_token is None  # the user's tokenizer is not changed
+        assert dm.collator.pad_token_id == eos  # not the preset's 50256
+        (batch,) = batches
+        padded, real = batch["attention_mask"] == 0, batch["attention_mask"] == 1
+        assert batch["input_ids"][padded].unique().tolist() == [eos]
+        assert (batch["labels"][padded] == -100).all()
+        assert (batch["labels"][real] == batch["input_ids"][real]).all()  # every real eos keeps its label
+        assert f"padding: with the tokenizer's eos token (id {eos}), as it has no pad token" in repr(dm)
 
     def test_the_tokenizers_own_pad_id_is_used(self):
         tokenizer = build_tokenizer()
@@ -101,3 +123,65 @@ class TestTruncationIsReported:
             dm = UniversalDataModule(ROWS, task_spec=TaskSpec.lm_tiny(), batch_size=4)
             dm.setup()
         assert dm.truncation["long_rows"] == 0 and "truncation" not in repr(dm) and not caplog.records
+
+
+class TestStringLabels:
+    """Class labels given as strings are refused at construction, before any text is tokenized; a ClassLabel
+    column gives the class names and count."""
+
+    SPEC = TaskSpec.cls_tiny()
+
+    def reviews(self, labels):
+        return datasets.Dataset.from_dict({"text": ["good film", "bad film", "fine"] * 2, "labels": labels})
+
+    def test_string_labels_are_refused_before_tokenizing(self, monkeypatch):
+        tokenizer = build_tokenizer()
+        monkeypatch.setattr(type(tokenizer), "__call__", lambda *args, **kwargs: pytest.fail("tokenized"))
+        data = self.reviews(["positive", "negative", "neutral"] * 2)
+        expected = ("train_data's label column 'labels' should hold class ids (ints) for task_type='classification', "
+                    "but got strings: 'positive', 'negative', 'neutral', ...; encode them first: "
+                    "train = train.class_encode_column('labels'), then each other split with "
+                    "split = split.cast_column('labels', train.features['labels']) so that all share one mapping (a "
+                    "DatasetDict's class_encode_column encodes each split on its own), or map them to ids yourself")
+        with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
+            UniversalDataModule(data, task_spec=self.SPEC, tokenizer=tokenizer)
+
+    def test_string_labels_in_rows_are_refused_too(self):
+        rows = {"input_ids": [torch.tensor([5, 6])] * 4, "labels": ["positive"] * 4}  # columns, not Arrow
+        with pytest.raises(ValueError, match=re.escape("val_data's label column 'labels' should hold class ids (ints) "
+                                                       "for task_type='classification', but got strings: 'positive'")):
+            UniversalDataModule(self.reviews([0, 1, 2] * 2), val_data=rows, task_spec=self.SPEC,
+                                tokenizer=build_tokenizer())
+
+    def test_a_class_label_column_gives_the_names_and_count(self):
+        data = self.reviews(["positive", "negative", "neutral"] * 2).class_encode_column("labels")
+        spec = self.SPEC.replace(additional_config={"num_classes": 3})
+        dm = UniversalDataModule(data, task_spec=spec, tokenizer=build_tokenizer(), batch_size=2)
+        assert dm.id2label == {0: "negative", 1: "neutral", 2: "positive"}
+        assert dm.label2id == {"negative": 0, "neutral": 1, "positive": 2} and dm.num_classes == 3
+        assert sorted(next(iter(dm.train_dataloader()))["labels"].tolist()) in ([1, 2], [0, 2], [0, 1])
+
+    def test_without_a_class_label_there_are_no_names(self):
+        dm = UniversalDataModule(self.reviews([0, 1, 0] * 2), task_spec=self.SPEC, tokenizer=build_tokenizer())
+        assert dm.id2label is None and dm.label2id is None and dm.num_classes == self.SPEC.num_classes
+
+    def test_a_spec_num_classes_that_contradicts_the_class_label_is_refused(self):
+        data = self.reviews(["positive", "negative", "neutral"] * 2).class_encode_column("labels")
+        spec = self.SPEC.replace(additional_config={"num_classes": 2})
+        expected = ("TaskSpec.num_classes should match train_data's ClassLabel column 'labels' (3 classes: "
+                    "'negative', 'neutral', 'positive'), but got num_classes=2; set "
+                    "spec.replace(additional_config={'num_classes': 3}), or re-encode the column")
+        with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
+            UniversalDataModule(data, task_spec=spec, tokenizer=build_tokenizer())
+
+    def test_splits_whose_class_labels_differ_are_refused(self):
+        train = self.reviews(["positive", "negative", "neutral"] * 2).class_encode_column("labels")
+        val = self.reviews(["positive", "negative", "negative"] * 2).class_encode_column("labels")
+        spec = self.SPEC.replace(additional_config={"num_classes": 3})
+        with pytest.raises(ValueError, match=re.escape("val_data's ClassLabel column 'labels' should have train_data's "
+                                                       "class names ['negative', 'neutral', 'positive'], but got "
+                                                       "['negative', 'positive']")):
+            UniversalDataModule(train, val_data=val, task_spec=spec, tokenizer=build_tokenizer())
+        shared = self.reviews(["positive", "negative", "negative"] * 2).cast_column("labels", train.features["labels"])
+        dm = UniversalDataModule(train, val_data=shared, task_spec=spec, tokenizer=build_tokenizer())
+        assert dm.id2label[2] == "positive"

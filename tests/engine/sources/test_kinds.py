@@ -1,5 +1,7 @@
 """The kinds of data a new user hands over: each is read correctly or refused naming what is accepted."""
 
+import re
+
 import datasets
 import pandas as pd
 import pytest
@@ -76,6 +78,65 @@ class TestDictOfColumns:
         assert sorted(dm.children) == ["first", "second"]
         with pytest.raises(TypeError, match=r"holds several named datasets \['first', 'second'\]; use MultiDataModule"):
             UniversalDataModule(named, task_spec=SPEC, batch_size=4)
+
+
+class TestHowADictIsRead:
+    """The rule, without a spec: tensors, arrays and lists of values are columns; datasets are named datasets;
+    lists of tensors (either) go by their keys; a dict that reads both ways is refused naming both."""
+
+    def test_column_tensors_without_a_spec_are_one_dataset(self):
+        dm = UniversalDataModule({"input_ids": IDS, "labels": LABELS}, batch_size=4, shuffle=False)
+        batch = first_batch(dm)
+        assert torch.equal(batch["input_ids"], IDS[:4]) and torch.equal(batch["labels"], LABELS[:4])
+        assert dm.split_sizes["train"] == 20
+
+    def test_arrays_and_value_lists_under_any_keys_are_one_dataset(self):
+        columns = {"ids": IDS.numpy(), "score": [float(i) for i in range(20)], "note": ["a b"] * 20}
+        dm = UniversalDataModule(columns, batch_size=4, shuffle=False)
+        assert dm.split_sizes["train"] == 20 and dm.datasets["train"][3]["note"] == "a b"
+        with pytest.raises(TypeError, match="MultiDataModule takes train_data={name: data}"):
+            MultiDataModule(columns)
+
+    def test_tensor_columns_of_unequal_lengths_are_refused_as_columns(self):
+        with pytest.raises(ValueError, match=r"the columns should have equal lengths, but got \{'a': 20, 'b': 5\}"):
+            UniversalDataModule({"a": IDS, "b": LABELS[:5]})
+
+    def test_lists_of_tensors_under_column_names_are_columns(self):
+        rows = [IDS[i, : 3 + i % 3] for i in range(20)]
+        dm = UniversalDataModule({"input_ids": rows, "labels": list(LABELS)}, task_spec=SPEC, batch_size=4,
+                                 shuffle=False)
+        assert first_batch(dm)["input_ids"][1].tolist() == rows[1].tolist() + [0]
+
+    def test_lists_of_tensors_under_other_names_are_named_datasets(self):
+        named = {"wiki": list(IDS), "code": list(IDS)}
+        assert sorted(MultiDataModule(named, task_spec=SPEC.replace(task_type="causal_lm", loss_type="cross_entropy"),
+                                      batch_size=4).children) == ["code", "wiki"]
+        with pytest.raises(TypeError, match=r"holds several named datasets \['code', 'wiki'\]; use MultiDataModule"):
+            UniversalDataModule(named)
+
+    def test_an_ambiguous_dict_is_refused_naming_both_readings(self):
+        data = {"input_ids": list(IDS), "wiki": list(IDS)}
+        expected = ("train_data={'input_ids': ..., 'wiki': ...} reads two ways: as one dataset's columns (every "
+                    "value has 20 items) or as named datasets (every value is a list of tensors), and its keys do not "
+                    "decide ('input_ids' names a column, 'wiki' does not); for columns, pass "
+                    "datasets.Dataset.from_dict(train_data) or torch.utils.data.StackDataset(**train_data), or a "
+                    "TaskSpec whose input_fields/target_field name the keys; for named datasets, use "
+                    "MultiDataModule(train_data, ...)")
+        with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
+            UniversalDataModule(data)
+        assert sorted(MultiDataModule(data, batch_size=4).children) == ["input_ids", "wiki"]  # named, as asked
+
+    def test_columns_mixed_with_datasets_are_refused(self):
+        with pytest.raises(ValueError, match=re.escape(
+                "train_data mixes columns ('labels') and datasets ('more'); give one dataset's columns (a tensor, "
+                "array or list with one value per row under each key) or {name: dataset}")):
+            UniversalDataModule({"labels": LABELS, "more": TensorDataset(IDS, LABELS)}, task_spec=SPEC)
+
+    def test_a_value_that_is_neither_is_named(self):
+        with pytest.raises(TypeError, match=re.escape(
+                "train_data['labels'] should be a column (a tensor, array or list with one value per row) or a "
+                "dataset, but got int: 3")):
+            UniversalDataModule({"input_ids": IDS, "labels": 3}, task_spec=SPEC)
 
 
 class TestDatasetDictSplits:
