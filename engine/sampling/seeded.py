@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import operator
+from collections.abc import Sequence
+from typing import overload
 
 import numpy as np
 import torch
@@ -11,6 +14,46 @@ from engine.core.checks import check_choice, check_int, check_rank
 from engine.core.rng import derive_seed, generator_from
 from engine.sampling.base import EpochBatchSampler
 from engine.sampling.ranks import UNEVEN_POLICIES, deal_to_ranks, rows_per_rank
+
+
+class RowBatches(Sequence[list[int]]):
+    """One rank's batches of an epoch: its rows in one numpy array, cut every ``size`` rows when a batch is read.
+
+    A list of lists would hold a Python int per row (tens of bytes each, written by every process that forks from
+    this one and touches them); this holds 4 bytes a row (8 past 2**31 rows) and no Python object per row.
+    """
+
+    def __init__(self, rows: np.ndarray, size: int, drop_last: bool) -> None:
+        self.rows = rows.astype(np.int32) if len(rows) and int(rows.max()) < 2**31 else rows
+        self.size = size
+        full, rest = divmod(len(rows), size)
+        self._count = full + (rest > 0 and not drop_last)
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, index: int) -> list[int]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[list[int]]: ...
+
+    def __getitem__(self, index: int | slice) -> list[int] | list[list[int]]:
+        if isinstance(index, slice):
+            return [self[position] for position in range(*index.indices(self._count))]
+        position = operator.index(index)
+        if position < 0:
+            position += self._count
+        if not 0 <= position < self._count:
+            raise IndexError(f"batch {index} of {self._count}")
+        return self.rows[position * self.size:(position + 1) * self.size].tolist()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (RowBatches, list)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 class SeededBatchSampler(EpochBatchSampler):
@@ -76,17 +119,13 @@ class SeededBatchSampler(EpochBatchSampler):
         return deal_to_ranks(self.epoch_order(epoch), self.num_replicas, self.rank, self.uneven).tolist()
 
     def batches_of(self, order: np.ndarray, epoch: int, num_replicas: int, rank: int,
-                   per_rank_size: int) -> list[list[int]]:
+                   per_rank_size: int) -> RowBatches:
         """``rank``'s batches of ``order`` on ``num_replicas`` ranks of ``per_rank_size`` rows: rows dealt round
         robin, so step ``p`` of all ranks together serves rows ``[p * global_batch, (p + 1) * global_batch)`` of
         ``order``."""
-        rows = deal_to_ranks(order, num_replicas, rank, self.uneven).tolist()
-        batches = [rows[start : start + per_rank_size] for start in range(0, len(rows), per_rank_size)]
-        if self.drop_last and batches and len(batches[-1]) < per_rank_size:
-            batches.pop()
-        return batches
+        return RowBatches(deal_to_ranks(order, num_replicas, rank, self.uneven), per_rank_size, self.drop_last)
 
-    def epoch_batches(self, epoch: int) -> list[list[int]]:
+    def epoch_batches(self, epoch: int) -> RowBatches:
         return self.batches_of(self.epoch_order(epoch), epoch, self.num_replicas, self.rank, self.batch_size)
 
     def __len__(self) -> int:  # without computing an epoch's order, unless the epoch is the rest of a resumed one

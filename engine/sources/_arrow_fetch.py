@@ -18,10 +18,6 @@ from collators.columns import RaggedColumn, SpanColumn
 from engine.sources import _arrow_buffers
 from engine.sources._arrow_buffers import list_of_ints, shared_view, uniform_value
 
-ROW_SPANS_LIMIT = 64 * 2**20
-"""Bytes a process spends, once, on the start and length of every row of a column in several chunks (16 bytes a
-row), so that a batch's spans are two gathers rather than a search of the chunks and four gathers."""
-
 
 class _RaggedIndex:
     """Where every row of one list column lies in a single numpy array of its values, without copying them.
@@ -29,9 +25,9 @@ class _RaggedIndex:
     A column in one chunk is read through zero-copy views of its values and offsets. Chunks of a memory-mapped
     file share one mapping, so one view of the mapping covers them all. Chunks held apart in memory are copied
     once per process into one buffer when they hold at most 512 MiB of values; above that a batch is gathered with
-    one slice per row. In one view or one buffer, a row's span is found from its chunk's offsets with vectorized
-    arithmetic, once per process for every row (up to :data:`ROW_SPANS_LIMIT`), so that a batch's spans are two
-    gathers.
+    one slice per row. In one view or one buffer, a batch's spans are found from its rows' chunks (one search of
+    the chunk bounds) and those chunks' offsets, with vectorized arithmetic. Nothing is kept per row: a worker's
+    memory does not grow with the number of rows.
 
     A one-byte column whose values are all one number (the attention mask of a tokenizer's output) hands over
     its spans as spans of a zero-stride array of that number: the collator writes the padded column from the
@@ -45,26 +41,30 @@ class _RaggedIndex:
         values = [chunk.values.to_numpy(zero_copy_only=False) for chunk in chunks]  # copies only bit-packed bools
         self.chunk_offsets, self.chunk_values = offsets, values
         self.values: np.ndarray | None = None
-        self._row_spans: tuple[np.ndarray, np.ndarray] | None = None
+        self.position_shift: np.ndarray | None = None
+        """Per chunk: a row's index in :attr:`offsets` minus its index in the column (None for one chunk)."""
         uniform = uniform_value(values)
         self.uniform = None if uniform is None else np.broadcast_to(uniform, (max(
             int(np.maximum.reduce(np.diff(array))) if len(array) > 1 else 0 for array in offsets),))
         """Every value of the column, repeated as long as its longest row (a read-only zero-stride view), or None."""
         if len(chunks) == 1:
-            self.values, self.offsets, self.value_base, self.offset_base = values[0], offsets[0], None, None
+            self.values, self.offsets, self.value_base = values[0], offsets[0], None
             return
         if not chunks:
             return
         value_views = shared_view(values, [chunk.values.buffers()[1] for chunk in chunks])
         offset_views = shared_view(offsets, [chunk.offsets.buffers()[1] for chunk in chunks])
         if value_views is not None and offset_views is not None:
-            (self.values, self.value_base), (self.offsets, self.offset_base) = value_views, offset_views
+            (self.values, self.value_base), (self.offsets, offset_base) = value_views, offset_views
         elif sum(array.nbytes for array in values) <= _arrow_buffers.COMBINE_LIMIT:
             sizes = np.asarray([len(array) for array in values], dtype=np.int64)
             self.values = np.concatenate(values)
             self.value_base = np.cumsum(sizes) - sizes
             self.offsets = np.concatenate(offsets)
-            self.offset_base = self.bounds[:-1] + np.arange(len(chunks), dtype=np.int64)  # one extra entry each
+            offset_base = self.bounds[:-1] + np.arange(len(chunks), dtype=np.int64)  # one extra entry each
+        else:
+            return
+        self.position_shift = offset_base - self.bounds[:-1]
 
     def gather(self, rows: np.ndarray) -> SpanColumn | RaggedColumn:
         """The rows as spans of one values array (no copy), or, for large in-memory chunks, a new flat buffer."""
@@ -74,21 +74,18 @@ class _RaggedIndex:
                               np.zeros(len(rows), dtype=np.int64))
         if self.values is None:
             return self._sliced(rows)
-        if self.offset_base is not None and self._row_spans is None and 16 * self.bounds[-1] <= ROW_SPANS_LIMIT:
-            self._row_spans = self._spans(np.arange(self.bounds[-1], dtype=np.int64))
-        starts, lengths = (self._spans(rows) if self._row_spans is None else
-                           (self._row_spans[0][rows], self._row_spans[1][rows]))
+        starts, lengths = self._spans(rows)
         if self.uniform is not None:  # every row is a prefix of the one repeated value
             return SpanColumn(self.uniform, np.zeros(len(rows), dtype=np.int64), lengths)
         return SpanColumn(self.values, starts, lengths)
 
     def _spans(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Where ``rows`` start in :attr:`values`, and their lengths (int64)."""
-        if self.offset_base is None:
+        if self.position_shift is None:
             positions, value_base = rows, 0
         else:
             chunk = np.searchsorted(self.bounds, rows, side="right") - 1
-            positions = self.offset_base[chunk] + (rows - self.bounds[chunk])
+            positions = rows + self.position_shift[chunk]
             value_base = self.value_base[chunk]
         starts = self.offsets[positions].astype(np.int64)
         return starts + value_base, (self.offsets[positions + 1] - starts).astype(np.int64, copy=False)
@@ -102,6 +99,11 @@ class _RaggedIndex:
         offsets = np.zeros(len(rows) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         return RaggedColumn(np.concatenate(pieces), offsets)
+
+
+def _as_int64(array: np.ndarray) -> np.ndarray:
+    """``array`` as int64, viewed rather than copied where it is uint64 (row indices are far below 2**63)."""
+    return array.view(np.int64) if array.dtype == np.uint64 else array.astype(np.int64, copy=False)
 
 
 class ArrowBatchFetcher:
@@ -118,7 +120,8 @@ class ArrowBatchFetcher:
         self.dataset = dataset
         self.table = dataset.data.table
         indices = getattr(dataset, "_indices", None)
-        self.indices = None if indices is None else indices.column(0).to_numpy().astype(np.int64, copy=False)
+        # a view of the mapping, not a copy: a copy would be 8 bytes a row in every process
+        self.indices = None if indices is None else _as_int64(indices.column(0).to_numpy())
         self.names = list(dataset.column_names)
         self.formatter = get_formatter(None, features=dataset.features)
         features = dataset.features

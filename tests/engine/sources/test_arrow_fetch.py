@@ -69,17 +69,11 @@ class TestFetchColumns:
         assert isinstance(columns["nested"], list) and isinstance(columns["name"], list)
         assert as_rows(columns) == HFSource(dataset).__getitems__(positions)
 
-    @pytest.mark.parametrize("row_spans", ["kept", "searched"])
     @pytest.mark.parametrize("layout", ["memory_mapped", "memory_mapped_slice", "in_memory_map", "concatenated",
                                         "concatenated_past_the_copy_limit"])
-    def test_spans_read_every_table_layout_exactly(self, tmp_path, monkeypatch, layout, row_spans):
-        # Every row's span in a column of several chunks is kept once per process, or, past ROW_SPANS_LIMIT,
-        # each batch searches the chunks: the same rows either way.
+    def test_spans_read_every_table_layout_exactly(self, tmp_path, monkeypatch, layout):
+        # A batch of a column in several chunks finds its rows' chunks and spans; nothing is kept per row.
         import engine.sources._arrow_buffers as arrow_buffers
-        import engine.sources._arrow_fetch as arrow_fetch
-
-        if row_spans == "searched":
-            monkeypatch.setattr(arrow_fetch, "ROW_SPANS_LIMIT", 0)
 
         dataset = make_dataset(chunk=None).remove_columns(["nested"])
         if layout.startswith("memory_mapped"):
@@ -105,8 +99,9 @@ class TestFetchColumns:
         expected_kind = RaggedColumn if layout == "concatenated_past_the_copy_limit" else SpanColumn
         assert isinstance(columns["input_ids"], expected_kind) and isinstance(columns["flags"], expected_kind)
         index = source._fetcher.ragged["input_ids"]
-        kept = row_spans == "kept" and layout != "concatenated_past_the_copy_limit"
-        assert (index._row_spans is not None) == kept
+        per_row = [name for name, value in vars(index).items() if isinstance(value, np.ndarray)
+                   and len(value) >= len(dataset) and name not in ("values", "offsets")]
+        assert per_row == []  # the fetcher's own arrays are per chunk, not per row (values and offsets are views)
         if layout.startswith("memory_mapped"):  # one view of the file's mapping: the values were not copied
             assert not index.values.flags.owndata and index.values.base is not None
         elif layout == "concatenated":  # chunks held apart are copied once into one buffer
