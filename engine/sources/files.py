@@ -16,11 +16,15 @@ ACCEPTED_PATHS = (f"a path ending in {', '.join(FILE_BUILDERS)} or a folder of i
 
 
 def _is_path(value: Any) -> bool:
-    """A ``pathlib.Path`` (any os.PathLike), or a string that ends in an accepted suffix or names something that
-    exists: any other string is left to the other kinds (and refused there, with the kinds accepted)."""
+    """A ``pathlib.Path`` (any os.PathLike), or a string that names something that exists or reads as a path (it
+    holds a folder separator, or ends in a suffix such as ``.csv``), so that a missing one is named as missing: any
+    other string is left to the other kinds (and refused there, with the kinds accepted)."""
     if isinstance(value, os.PathLike):
         return True
-    return isinstance(value, str) and (Path(value).suffix.lower() in FILE_BUILDERS or os.path.exists(value))
+    if not isinstance(value, str):
+        return False
+    looks_like_path = "/" in value or os.sep in value or (Path(value).suffix and not any(c.isspace() for c in value))
+    return bool(looks_like_path) or os.path.exists(value)
 
 
 def is_path_data(data: Any) -> bool:
@@ -40,15 +44,17 @@ def load_paths(data: str | os.PathLike | Sequence[str | os.PathLike], what: str 
 
     Raises:
         FileNotFoundError: A path that does not exist.
-        ValueError: A file with another suffix, files of different kinds in one list, a folder beside files, or a
-            folder that holds several splits (train/, test/, ...: pass each split's folder as its own argument).
+        ValueError: A file with another suffix, files of different kinds in one list, a folder beside files, a
+            folder that holds no file datasets reads, or a folder that holds several splits (train/, test/, ...:
+            pass each split's folder as its own argument).
     """
     import datasets
 
     paths = [Path(item) for item in (data if isinstance(data, (list, tuple)) else [data])]
     for path in paths:
         if not path.exists():
-            raise FileNotFoundError(f"{what} names the path '{path}', which does not exist; give {ACCEPTED_PATHS}")
+            raise FileNotFoundError(f"no such file or folder: '{path}'; {what} should name an existing file or "
+                                    f"folder ({ACCEPTED_PATHS}), but got {what}='{path}'")
     folders = [path for path in paths if path.is_dir()]
     if folders:
         if len(paths) > 1:
@@ -71,6 +77,10 @@ def _load_folder(folder: Path, what: str) -> Any:
 
     try:
         splits = datasets.load_dataset(str(folder))
+    except FileNotFoundError as error:  # datasets' EmptyDatasetError, DataFilesNotFoundError: nothing it reads
+        kinds = sorted({path.suffix.lower() or path.name for path in folder.rglob("*") if path.is_file()})
+        raise ValueError(f"{what} is the folder '{folder}', which holds no file of a kind datasets reads (it holds "
+                         f"{kinds or 'no files'}); {what} should be {ACCEPTED_PATHS}") from error
     except datasets.exceptions.DatasetGenerationError as error:
         if "torchcodec" not in str(error.__cause__):
             raise

@@ -138,9 +138,30 @@ class TestFolders:
 
 class TestRefusals:
     def test_a_missing_file_is_named(self, tmp_path):
-        with pytest.raises(FileNotFoundError, match=r"train_data names the path '.*missing.csv', which does not "
-                                                    r"exist; give a path ending in .csv, .json, .jsonl, .parquet"):
+        with pytest.raises(FileNotFoundError, match=r"no such file or folder: '.*missing.csv'; train_data should "
+                                                    r"name an existing file or folder \(a path ending in .csv, .json, "
+                                                    r".jsonl, .parquet"):
             UniversalDataModule(str(tmp_path / "missing.csv"), task_spec=SPEC)
+
+    @pytest.mark.parametrize("path", ["no/such/dir", "no/such/notes.txt", "missing.tsv", ["no/such/a.csv"]])
+    def test_a_missing_path_is_named_as_missing_not_as_a_wrong_type(self, path):
+        name = path[0] if isinstance(path, list) else path
+        with pytest.raises(FileNotFoundError, match=rf"no such file or folder: '{name}'; train_data should name an "
+                                                    rf"existing file or folder .* but got train_data='{name}'"):
+            UniversalDataModule(path, task_spec=SPEC)
+
+    def test_a_folder_of_no_readable_kind_names_what_it_holds_and_the_kinds_read(self, tmp_path):
+        (tmp_path / "data").mkdir()
+        (tmp_path / "data" / "rows.xyz").write_text("1,2\n")
+        with pytest.raises(ValueError, match=r"train_data is the folder '.*data', which holds no file of a kind "
+                                             r"datasets reads \(it holds \['.xyz'\]\); train_data should be a path "
+                                             r"ending in .csv, .json, .jsonl, .parquet or a folder of images or audio"):
+            UniversalDataModule(tmp_path / "data", task_spec=SPEC)
+
+    def test_an_empty_folder_is_named(self, tmp_path):
+        (tmp_path / "empty").mkdir()
+        with pytest.raises(ValueError, match=r"the folder '.*empty', which holds no file .* \(it holds no files\)"):
+            UniversalDataModule(tmp_path / "empty", task_spec=SPEC)
 
     def test_an_unknown_suffix_is_refused_with_the_accepted_ones(self, tmp_path):
         path = tmp_path / "notes.txt"
