@@ -200,3 +200,39 @@ def test_an_audio_folder_that_datasets_cannot_encode_names_the_fix(tmp_path, mon
     with pytest.raises(ImportError, match=r"the folder '.*sounds', which datasets reads with audiofolder, .* needs "
                                           r"torchcodec with FFmpeg .*\.cast_column\('audio', datasets.Audio\(\)\)"):
         UniversalDataModule(tmp_path / "sounds", task_spec=TaskSpec.audio_tiny())
+
+
+class TestEmptyFiles:
+    """A file with no data rows is named, with the fix, instead of datasets' 'Instruction "train" corresponds to no
+    data!'."""
+
+    @pytest.mark.parametrize(("name", "content"), [("train.csv", "text,labels\n"), ("train.csv", ""),
+                                                   ("train.json", "[]"), ("train.jsonl", "")])
+    def test_a_file_with_a_header_only_or_nothing_names_the_file(self, tmp_path, name, content):
+        (tmp_path / name).write_text(content)
+        with pytest.raises(ValueError, match=rf"train_data should hold at least one data row, but the file "
+                                             rf"'.*{name}' has no data rows \(nothing, or a header only\); add rows"):
+            UniversalDataModule(tmp_path / name, task_spec=SPEC)
+
+    def test_an_empty_val_file_is_named_as_val_data(self, tmp_path):
+        (tmp_path / "val.csv").write_text("text,labels\n")
+        with pytest.raises(ValueError, match=r"val_data should hold at least one data row, but the file '.*val.csv'"):
+            UniversalDataModule(write_csv(tmp_path / "a.csv", TEXTS, LABELS), val_data=tmp_path / "val.csv",
+                                task_spec=SPEC, tokenizer=build_tokenizer())
+
+    def test_an_empty_parquet_file_is_named(self, tmp_path):
+        datasets.Dataset.from_dict({"text": [], "labels": []}).to_parquet(tmp_path / "train.parquet")
+        with pytest.raises(ValueError, match=r"the file '.*train.parquet' has no data rows"):
+            UniversalDataModule(tmp_path / "train.parquet", task_spec=SPEC)
+
+    def test_a_folder_of_empty_text_files_names_them(self, tmp_path):
+        (tmp_path / "docs").mkdir()
+        (tmp_path / "docs" / "a.txt").write_text("")
+        with pytest.raises(ValueError, match=r"the file '.*a.txt' has no data rows"):
+            UniversalDataModule(tmp_path / "docs", task_spec=SPEC)
+
+    def test_one_empty_file_among_others_is_read(self, tmp_path):
+        (tmp_path / "empty.csv").write_text("text,labels\n")
+        dm, batch = first_batch([write_csv(tmp_path / "a.csv", TEXTS, LABELS), tmp_path / "empty.csv"],
+                                tokenizer=build_tokenizer())
+        assert batch["labels"].tolist() == LABELS[:4]
