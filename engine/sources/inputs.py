@@ -87,3 +87,24 @@ def check_inputs(
             f"{spec.target_field!r}, but the available fields are {', '.join(map(repr, keys))}. Rename the label "
             f"field or set TaskSpec.target_field"
         )
+    if raw_text and isinstance(source, HFSource):
+        check_text_cells(source.dataset, [c for c in (text_field, target_text) if c in keys], role)
+
+
+def check_text_cells(dataset: Any, columns: list[str], role: str) -> None:
+    """Refuse a raw-text column with empty (None) cells before the tokenizer meets one, naming the column, the
+    first such row (its index in the data given) and the fix; read from Arrow's null counts, no row is built."""
+    import pyarrow.compute as pc
+
+    for column in columns:
+        values = dataset.with_format("arrow")[column]
+        if not values.null_count:
+            continue
+        first = pc.index(pc.is_null(values), True).as_py()
+        more = f" (and {values.null_count - 1} more rows)" if values.null_count > 1 else ""
+        raise ValueError(
+            f"{column!r} should be a string in every row of {role}, but got {column}=None in row {first}{more}; "
+            f"the tokenizer needs text in each row: filter those rows out (dataset.filter(lambda row: "
+            f"row[{column!r}] is not None), or pandas df.dropna(subset=[{column!r}])) or fill them "
+            f"(df[{column!r}].fillna(''))"
+        )

@@ -236,3 +236,29 @@ class TestEmptyFiles:
         dm, batch = first_batch([write_csv(tmp_path / "a.csv", TEXTS, LABELS), tmp_path / "empty.csv"],
                                 tokenizer=build_tokenizer())
         assert batch["labels"].tolist() == LABELS[:4]
+
+
+class TestEmptyTextCells:
+    """A None text cell is refused at construction, naming the column, the row and the fix (not a tokenizer error
+    without either)."""
+
+    def test_a_none_text_cell_names_the_column_and_row(self):
+        texts = TEXTS[:5] + [None] + TEXTS[6:9] + [None] + TEXTS[10:]
+        data = datasets.Dataset.from_dict({"text": texts, "labels": LABELS})
+        with pytest.raises(ValueError, match=r"'text' should be a string in every row of train_data, but got "
+                                             r"text=None in row 5 \(and 1 more rows\); .* filter those rows out .* or "
+                                             r"fill them"):
+            UniversalDataModule(data, task_spec=SPEC, tokenizer=build_tokenizer())
+
+    def test_an_empty_csv_cell_in_val_data_names_val_data(self, tmp_path):
+        path = tmp_path / "val.csv"
+        path.write_text('text,labels\n"the fox ran",1\n,0\n')
+        with pytest.raises(ValueError, match=r"'text' should be a string in every row of val_data, but got "
+                                             r"text=None in row 1;"):
+            UniversalDataModule(write_csv(tmp_path / "a.csv", TEXTS, LABELS), val_data=path, task_spec=SPEC,
+                                tokenizer=build_tokenizer())
+
+    def test_a_selected_view_counts_rows_in_the_view(self):
+        data = datasets.Dataset.from_dict({"text": [None] + TEXTS, "labels": [0] + LABELS}).select([3, 4, 0, 5])
+        with pytest.raises(ValueError, match=r"text=None in row 2;"):
+            UniversalDataModule(data, task_spec=SPEC, tokenizer=build_tokenizer())
