@@ -15,6 +15,7 @@ from engine.loading.state import data_fingerprint
 from engine.sources.adapt import MapSource, TorchSource, as_source
 from engine.sources.inputs import check_inputs, token_field
 from engine.sources.kinds import is_hf_dataset_dict, unpack_dataset_dict
+from engine.sources.lengths import check_no_empty_rows
 from engine.sources.long_rows import LongRows, apply_long_rows, check_rows_left, describe, special_frame
 from engine.sources.preprocess import has_raw_text, prepare_source, prepare_stream
 from engine.sources.splits import SplitPlan, plan_splits, split_views
@@ -86,6 +87,8 @@ def prepare_inputs(given: dict[str, MapSource], stream: Any, task_spec: Any, tok
     reports = {}
     for role in list(sources):
         from_text = role in raw | from_train
+        if task_spec is not None and task_spec.modality == "text":
+            check_no_empty_rows(sources[role], key, role)
         policy = long_rows if role != "predict" else LongRows("truncate", long_rows.max_length)  # one per row
         sources[role], reports[role] = apply_long_rows(sources[role], key, policy, frame if from_text else (0, 0),
                                                        materialize=from_text, whole=whole)
