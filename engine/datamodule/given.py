@@ -29,7 +29,7 @@ ROLES = ("train", "val", "test", "predict")
 
 def take_inputs(train_data: Any, *, val_data: Any, test_data: Any, predict_data: Any, task_spec: Any,
                 tokenizer: Any, val_split: float | int, test_split: float | int, shuffle: bool | None, seed: int,
-                uneven: str) -> tuple[dict[str, MapSource], Any]:
+                uneven: str, on_error: str = "raise") -> tuple[dict[str, MapSource], Any]:
     """``(sources by role, stream or None)``: the data adapted and checked; a stream's train entry is a peek.
 
     A ``DatasetDict`` is unpacked into its splits; a ``datasets.IterableDataset`` is kept aside as the stream
@@ -47,7 +47,7 @@ def take_inputs(train_data: Any, *, val_data: Any, test_data: Any, predict_data:
         check_stream_options(val_split=val_split, test_split=test_split, shuffle=shuffle)
         train_data = None
     key = task_spec.input_fields[0] if task_spec is not None else None
-    given = {role: as_source(data, key=key, spec=task_spec, what=f"{role}_data")
+    given = {role: as_source(data, key=key, spec=task_spec, what=f"{role}_data", on_error=on_error)
              for role, data in zip(ROLES, (train_data, val_data, test_data, predict_data)) if data is not None}
     if stream is not None:
         given["train"] = TorchSource(peek_rows(stream, 1))  # checked below, replaced at setup

@@ -115,7 +115,8 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
         check_collator_kwargs(task_spec, collator_kwargs)
         self._given, self._stream = take_inputs(
             train_data, val_data=val_data, test_data=test_data, predict_data=predict_data, task_spec=task_spec,
-            tokenizer=tokenizer, val_split=val_split, test_split=test_split, shuffle=shuffle, seed=seed, uneven=uneven)
+            tokenizer=tokenizer, val_split=val_split, test_split=test_split, shuffle=shuffle, seed=seed, uneven=uneven,
+            on_error=on_error)
         self.skipped = SkipReport.checked(on_error, max_skipped, is_stream=self._stream is not None)  # rows left out
         self.task_spec, self.tokenizer, self.seed = task_spec, tokenizer, seed
         self.val_split, self.test_split, self.uneven, self.validate = val_split, test_split, uneven, validate

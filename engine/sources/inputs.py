@@ -29,7 +29,7 @@ def row_keys(source: MapSource) -> list[str] | None:
         return source.column_names
     if isinstance(source, TensorListSource):
         return [source.key] if source.key is not None else None
-    first = source[0]
+    first = source.first_row()
     return list(first) if isinstance(first, Mapping) else None
 
 
@@ -42,7 +42,7 @@ def needs_tokenizer(keys: list[str] | None, spec: TaskSpec | None, source: MapSo
         return False
     if isinstance(source, HFSource):
         return True
-    return isinstance(source[0][text_field], str)
+    return isinstance(source.first_row()[text_field], str)
 
 
 def check_inputs(
