@@ -124,7 +124,7 @@ class VisionCollator:
                 self.keep_uint8 and stacked.dtype != torch.uint8):
             stacked, floats = self._stack_each(images)
         else:
-            self._check_channels(stacked.shape[1])
+            self._check_channels(tuple(stacked.shape[1:]))
             floats = [] if stacked.dtype == torch.uint8 else list(range(len(images)))
         batch = {self.input_field: stacked if self.keep_uint8 else self._scaled(stacked, floats)}
         if any(label is not MISSING for label in labels):
@@ -152,13 +152,14 @@ class VisionCollator:
         images = [to_chw(image, index, self.input_field) for index, image in enumerate(images)]
         if self.grayscale_to_rgb:
             images = [image.expand(3, -1, -1) if image.shape[0] == 1 else image for image in images]
+        self._check_same_channels(images)
         for index, image in enumerate(images):
             if image.shape != images[0].shape:
                 raise ValueError(
                     f"row {index}: {self.input_field!r} has shape {tuple(image.shape)} but row 0 has shape "
                     f"{tuple(images[0].shape)}; {RESIZE_FIX}"
                 )
-        self._check_channels(images[0].shape[0])
+        self._check_channels(tuple(images[0].shape))
         floats = [index for index, image in enumerate(images) if image.dtype != torch.uint8]
         if self.keep_uint8 and floats:
             raise TypeError(
@@ -169,7 +170,34 @@ class VisionCollator:
             images = [TF.to_dtype(image, torch.float32, scale=True) for image in images]
         return torch.stack(images), floats
 
-    def _check_channels(self, channels: int) -> None:
+    def _check_same_channels(self, images: list[torch.Tensor]) -> None:
+        """Refuse images whose channel counts differ (a grayscale or RGBA image among RGB ones): resizing would not
+        help, converting them to one mode does."""
+        counts = [image.shape[0] for image in images]
+        if len(set(counts)) < 2:
+            return
+        usual = max(set(counts), key=counts.count)
+        index = next(i for i, count in enumerate(counts) if count != usual)
+        modes = {3: ("RGB", "v2.RGB()"), 1: ("L", "v2.Grayscale()")}
+        if usual in modes:
+            mode, op = modes[usual]
+            how = (f"convert every image to {mode} in a dataset transform (torchvision's {op}, or PIL's "
+                   f"image.convert({mode!r}))")
+        else:
+            how = f"give every image {usual} channels"
+        if usual == 3 and counts[index] == 1:
+            how += ", or pass grayscale_to_rgb=True to repeat a single channel"
+        raise ValueError(f"row {index}: {self.input_field!r} has {counts[index]} channel(s) where the other images "
+                         f"have {usual} (shape {tuple(images[index].shape)}); {how}")
+
+    def _check_channels(self, shape: tuple[int, ...]) -> None:
+        channels = shape[0]
+        if len(shape) == 3 and channels > 4 and shape[-1] in (1, 3, 4):
+            raise ValueError(
+                f"row 0: {self.input_field!r} should be a CHW image, but got shape {shape}, which looks "
+                f"channels-last (HWC); permute it with image.permute(2, 0, 1) in a dataset transform, or read the "
+                f"images with torchvision's v2.ToImage() (CHW from PIL images and HWC numpy arrays)"
+            )
         if self.normalize and channels != len(self.mean):
             source = f"normalization={self.normalization!r}" if self.normalization else "mean/std"
             raise ValueError(

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import random
+import secrets
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
 import torch
+
+from engine.core.checks import check_int
 
 _MASK63 = (1 << 63) - 1
 
@@ -41,6 +44,12 @@ def seed_family(*keys: int | str) -> Callable[[int | str], int]:
         return int.from_bytes(digest.digest(), "little") & _MASK63
 
     return member
+
+
+def drawn_seed(seed: int | None) -> int:
+    """``seed``, checked, or for ``None`` a fresh one (``secrets.randbits(31)``), drawn once, for the caller to
+    record where a resume reads it (the module's ``seed``, its state and its checkpoint's hyperparameters)."""
+    return secrets.randbits(31) if seed is None else check_int("seed", seed, minimum=0)
 
 
 def batch_seed(seed: int, epoch: int, indices: Iterable[int]) -> int:

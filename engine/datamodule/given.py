@@ -15,7 +15,8 @@ from engine.loading.state import data_fingerprint
 from engine.sources.adapt import MapSource, TorchSource, as_source
 from engine.sources.inputs import check_inputs, token_field
 from engine.sources.kinds import is_hf_dataset_dict, unpack_dataset_dict
-from engine.sources.long_rows import LongRows, apply_long_rows, describe, special_frame
+from engine.sources.lengths import check_no_empty_rows
+from engine.sources.long_rows import LongRows, apply_long_rows, check_rows_left, describe, special_frame
 from engine.sources.preprocess import has_raw_text, prepare_source, prepare_stream
 from engine.sources.splits import SplitPlan, plan_splits, split_views
 from engine.sources.streams import EpochStream, check_stream_options, is_hf_stream, peek_rows, stream_fingerprint
@@ -28,7 +29,7 @@ ROLES = ("train", "val", "test", "predict")
 
 def take_inputs(train_data: Any, *, val_data: Any, test_data: Any, predict_data: Any, task_spec: Any,
                 tokenizer: Any, val_split: float | int, test_split: float | int, shuffle: bool | None, seed: int,
-                uneven: str) -> tuple[dict[str, MapSource], Any]:
+                uneven: str, on_error: str = "raise") -> tuple[dict[str, MapSource], Any]:
     """``(sources by role, stream or None)``: the data adapted and checked; a stream's train entry is a peek.
 
     A ``DatasetDict`` is unpacked into its splits; a ``datasets.IterableDataset`` is kept aside as the stream
@@ -46,7 +47,7 @@ def take_inputs(train_data: Any, *, val_data: Any, test_data: Any, predict_data:
         check_stream_options(val_split=val_split, test_split=test_split, shuffle=shuffle)
         train_data = None
     key = task_spec.input_fields[0] if task_spec is not None else None
-    given = {role: as_source(data, key=key, spec=task_spec, what=f"{role}_data")
+    given = {role: as_source(data, key=key, spec=task_spec, what=f"{role}_data", on_error=on_error)
              for role, data in zip(ROLES, (train_data, val_data, test_data, predict_data)) if data is not None}
     if stream is not None:
         given["train"] = TorchSource(peek_rows(stream, 1))  # checked below, replaced at setup
@@ -86,9 +87,12 @@ def prepare_inputs(given: dict[str, MapSource], stream: Any, task_spec: Any, tok
     reports = {}
     for role in list(sources):
         from_text = role in raw | from_train
+        if task_spec is not None and task_spec.modality == "text":
+            check_no_empty_rows(sources[role], key, role)
         policy = long_rows if role != "predict" else LongRows("truncate", long_rows.max_length)  # one per row
         sources[role], reports[role] = apply_long_rows(sources[role], key, policy, frame if from_text else (0, 0),
                                                        materialize=from_text, whole=whole)
+        check_rows_left(reports[role], role)
     return Prepared(_for_roles(sources, transforms), fingerprint, plan,
                     {role: r for role, r in reports.items() if r is not None})
 

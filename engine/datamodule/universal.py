@@ -9,6 +9,7 @@ import lightning
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from engine.core.distributed import check_trainer_keeps_our_samplers, resolve_world
+from engine.core.rng import drawn_seed
 from engine.datamodule import options
 from engine.datamodule.checkpointing import CheckpointedModule
 from engine.datamodule.collator import check_collator_kwargs, module_collator
@@ -55,7 +56,9 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
             As in :class:`DataLoaderConfig` (``num_threads``: background threads of this process load the next
             batches while the step runs; ``timeout``: seconds to wait for a worker's batch; ``multiprocessing_context``:
             how workers start, 'fork', 'spawn' or 'forkserver').
-        seed: Seed of the split, the shuffle and every random choice in the collators.
+        seed: Seed of the split, the shuffle and every random choice in the collators. ``None`` draws one
+            (``secrets.randbits(31)``) at construction and records it: ``dm.seed``, ``dm.state_dict()["seed"]``
+            and a checkpoint's hyperparameters hold it, so a resume reproduces the run.
         shuffle: Seeded shuffle with a new order each epoch; default on, except for a stream (read in its order).
         drop_last: Drop the last incomplete training batch (evaluation loaders never shuffle or drop).
         uneven: ``pad`` (repeat a few rows) or ``drop`` (leave a few out) so every rank gets the same number of
@@ -93,7 +96,7 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
         self, train_data: Any = None, *, task_spec: TaskSpec | None = None, tokenizer: Any = None,
         val_data: Any = None, test_data: Any = None, predict_data: Any = None,
         val_split: float | int = 0.0, test_split: float | int = 0.0,
-        batch_size: int | None = None, eval_batch_size: int | None = None, num_workers: int = 0, seed: int = 42,
+        batch_size: int | None = None, eval_batch_size: int | None = None, num_workers: int = 0, seed: int | None = 42,
         shuffle: bool | None = None, drop_last: bool = False, uneven: str = "pad",
         pin_memory: bool | None = None, persistent_workers: bool | None = None, prefetch_factor: int = 2,
         collate_fn: Callable[..., Any] | None = None, collator_name: str | None = None,
@@ -105,6 +108,7 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
         num_proc: int | None = None, timeout: float = 0, multiprocessing_context: str | None = None,
     ) -> None:
         super().__init__()
+        seed = drawn_seed(seed)  # before the configuration is recorded, so a checkpoint holds the seed drawn
         options.record_configuration(self, options.checkpoint_configuration(locals(), NOT_CHECKPOINTED))
         if is_named_datasets(train_data, task_spec):
             raise TypeError(f"train_data={{name: data}} holds several named datasets {sorted(train_data)}; use "
@@ -112,7 +116,8 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
         check_collator_kwargs(task_spec, collator_kwargs)
         self._given, self._stream = take_inputs(
             train_data, val_data=val_data, test_data=test_data, predict_data=predict_data, task_spec=task_spec,
-            tokenizer=tokenizer, val_split=val_split, test_split=test_split, shuffle=shuffle, seed=seed, uneven=uneven)
+            tokenizer=tokenizer, val_split=val_split, test_split=test_split, shuffle=shuffle, seed=seed, uneven=uneven,
+            on_error=on_error)
         self.id2label, self.label2id = class_maps(check_same_classes(self._given, task_spec))
         self.skipped = SkipReport.checked(on_error, max_skipped, is_stream=self._stream is not None)  # rows left out
         self.task_spec, self.tokenizer, self.seed = task_spec, tokenizer, seed

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from engine.core.checks import check_int
+from engine.core.rng import drawn_seed
 
 
 @dataclass
@@ -35,7 +36,8 @@ class DataLoaderConfig:
     persistent_workers: bool | None = None
     """Keep workers between epochs; None means "when num_workers > 0"."""
     seed: int | None = 0
-    """Seed of the shuffle, of per-batch randomness and of workers. None draws one and records it."""
+    """Seed of the shuffle, of per-batch randomness and of workers. None draws one (``secrets.randbits(31)``) when
+    the config is made and records it here, so ``config.seed`` always says the seed in use."""
     collate_fn: Callable[..., Any] | None = None
     """Turns a list of rows into a batch; None uses the default collator."""
     drop_last: bool = False
@@ -61,8 +63,7 @@ class DataLoaderConfig:
             )
         if self.prefetch_factor is not None:
             self.prefetch_factor = check_int("prefetch_factor", self.prefetch_factor, minimum=1)
-        if self.seed is not None:
-            self.seed = check_int("seed", self.seed, minimum=0)
+        self.seed = drawn_seed(self.seed)
         for name in ("shuffle", "drop_last"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"DataLoaderConfig.{name} should be a bool, but got {name}={getattr(self, name)!r}")

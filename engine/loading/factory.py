@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import multiprocessing
 import pickle
-import secrets
 from collections.abc import Mapping
 from typing import Any
 
@@ -67,7 +66,7 @@ class DataLoaderFactory:
         if not isinstance(config, DataLoaderConfig):
             raise TypeError(f"config should be a DataLoaderConfig, but got {type(config).__name__}")
         kwargs, _ = config.resolve()
-        seed = config.seed if config.seed is not None else secrets.randbits(31)
+        seed = config.seed  # drawn and recorded by the config when it was given None
         # in worker processes, the batch's tensors cross to the parent in one shared buffer (see WorkerCollate)
         collate = (WorkerCollate if kwargs["num_workers"] else SeededCollate)(
             config.collate_fn if config.collate_fn is not None else DefaultCollator(),
@@ -116,7 +115,7 @@ class DataLoaderFactory:
         """A training loader over ``source`` with the sampler of ``batching`` (a stream keeps its own order)."""
         sampler = None if isinstance(source, IterableDataset) else batch_sampler_for(
             source, batching=batching, batch_size=config.batch_size, max_tokens=max_tokens, key=key,
-            seed=config.seed or 0, shuffle=config.shuffle, drop_last=config.drop_last, num_replicas=num_replicas,
+            seed=config.seed, shuffle=config.shuffle, drop_last=config.drop_last, num_replicas=num_replicas,
             rank=rank, uneven=uneven, max_length=getattr(config.collate_fn, "max_length", None))
         return self.create_dataloader(source, config, batch_sampler=sampler, rank=rank, num_replicas=num_replicas,
                                       uneven=uneven)
@@ -130,7 +129,7 @@ class DataLoaderFactory:
         if role == "predict":
             sampler: Sampler[list[int]] = BatchSampler(SequentialSampler(source), config.batch_size, drop_last=False)
         else:
-            sampler = ShardedEvalBatchSampler(len(source), config.batch_size, seed=config.seed or 0,
+            sampler = ShardedEvalBatchSampler(len(source), config.batch_size, seed=config.seed,
                                               num_replicas=num_replicas, rank=rank)
         return self.create_dataloader(source, config, batch_sampler=sampler)
 

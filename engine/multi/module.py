@@ -9,7 +9,7 @@ from typing import Any
 
 import lightning
 
-from engine.core.rng import derive_seed
+from engine.core.rng import derive_seed, drawn_seed
 from engine.datamodule.checkpointing import read_configuration
 from engine.datamodule.options import checkpoint_configuration, record_configuration, restore_configuration
 from engine.datamodule.universal import NOT_CHECKPOINTED, UniversalDataModule
@@ -63,6 +63,7 @@ class MultiDataModule(lightning.LightningDataModule):
         train_data: ``{name: data}``, each value any data ``UniversalDataModule`` takes.
         task_spec: One spec for every dataset, or ``{name: spec}``.
         seed: Seeds the schedule's random choices and, through each name, every child (``derive_seed(seed, name)``).
+            ``None`` draws one at construction and records it (``dm.seed``, the state, the checkpoint).
         multi_config: How the children's batches interleave (round robin over the sum of lengths by default). Its
             ``choice_rng_seed`` and ``dataloader_names`` are this module's seed and names: leave them unset, or give
             the same values.
@@ -78,13 +79,14 @@ class MultiDataModule(lightning.LightningDataModule):
         ['a', 'b', 'a', 'b', 'a', 'a', 'a']
     """
 
-    def __init__(self, train_data: Mapping[str, Any], *, task_spec: Any = None, seed: int = 42,
+    def __init__(self, train_data: Mapping[str, Any], *, task_spec: Any = None, seed: int | None = 42,
                  multi_config: MultiDataLoaderConfig | None = None, **options: Any) -> None:
         super().__init__()
         if not is_named_datasets(train_data, task_spec if isinstance(task_spec, TaskSpec) else None,
                                  ambiguous=DATASETS):
             raise TypeError(f"MultiDataModule takes train_data={{name: data}}, but got {type(train_data).__name__}; "
                             f"use UniversalDataModule for a single dataset")
+        seed = drawn_seed(seed)  # recorded below, so a checkpoint holds the seed drawn
         configuration = {"task_spec": task_spec, "seed": seed, "multi_config": multi_config, **options}
         record_configuration(self, checkpoint_configuration(configuration, NOT_CHECKPOINTED))
         self.seed, self.task_spec = seed, task_spec

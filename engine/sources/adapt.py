@@ -16,6 +16,7 @@ from torch.utils.data import Dataset
 
 from collators.columns import ColumnBatch, SpanColumn
 from engine.sources._arrow_fetch import ArrowBatchFetcher
+from engine.sources.bad_rows import first_readable
 from engine.sources.files import is_path_data, load_paths
 from engine.sources.kinds import ACCEPTED, TupleRows, columns_dataset, is_column_dict, tuple_fields
 from engine.sources.rows import MapSource, RowBatch
@@ -214,9 +215,13 @@ def is_hf_dataset(data: Any) -> bool:
     return hf_datasets is not None and isinstance(data, hf_datasets.Dataset)
 
 
-def as_source(data: Any, *, key: str | None = None, spec: Any = None, what: str = "train_data") -> MapSource:
+def as_source(data: Any, *, key: str | None = None, spec: Any = None, what: str = "train_data",
+              on_error: str = "raise") -> MapSource:
     """Adapt ``data`` (HF Dataset, map-style torch Dataset, list of tensors, DataFrame, tuple rows, a dict of
-    columns, or paths to files) to a :class:`MapSource`; anything else is refused with the kinds accepted."""
+    columns, or paths to files) to a :class:`MapSource`; anything else is refused with the kinds accepted.
+
+    A torch dataset's first row is read to see its fields; one that fails is named with the fix, or with
+    ``on_error`` 'skip'/'warn' the first row that reads is used (:func:`engine.sources.bad_rows.first_readable`)."""
     if isinstance(data, MapSource):
         return data
     if is_hf_dataset(data):
@@ -244,6 +249,11 @@ def as_source(data: Any, *, key: str | None = None, spec: Any = None, what: str 
             "give a map-style Dataset (or a datasets.Dataset)"
         )
     if isinstance(data, Dataset) or (hasattr(data, "__getitem__") and hasattr(data, "__len__")):
-        fields = tuple_fields(data[0], spec) if spec is not None and len(data) else None  # reads a row
-        return TorchSource(TupleRows(data, fields, spec.target_field) if fields else data)
+        if spec is None or not len(data):
+            return TorchSource(data)
+        first = first_readable(data.__getitem__, len(data), what, on_error)
+        fields = tuple_fields(data[first], spec)  # reads a row
+        source = TorchSource(TupleRows(data, fields, spec.target_field) if fields else data)
+        source.first_index = first
+        return source
     raise TypeError(f"{what} should be {ACCEPTED}, but got {type(data).__name__}")

@@ -38,6 +38,32 @@ def named_error(error: Exception, message: str) -> Exception:
     return named
 
 
+READ_FIX = "fix or remove that row (or its file), or pass on_error='skip' to leave out rows that fail to read"
+
+PEEK_ROWS = 64
+"""How many rows construction tries, with ``on_error`` 'skip' or 'warn', to find one that reads."""
+
+
+def first_readable(read: Any, count: int, what: str, on_error: str) -> int:
+    """The index of the first row that ``read(index)`` reads, for construction's checks of the rows' fields.
+
+    With ``on_error='raise'`` that is row 0, and a row 0 that fails is named with the fix; 'skip' and 'warn' try up
+    to :data:`PEEK_ROWS` rows (the rows that fail are left out later, when a batch reads them)."""
+    first_error = None
+    for index in range(min(count, 1 if on_error == "raise" else PEEK_ROWS)):
+        try:
+            read(index)
+        except Exception as error:  # the user's data: any exception of its reader
+            first_error = first_error or error
+            continue
+        return index
+    if first_error is None:
+        return 0
+    tried = "row 0" if on_error == "raise" else f"rows 0 to {min(count, PEEK_ROWS) - 1}"
+    raise named_error(first_error, f"reading {tried} of {what} failed at construction, which reads a row to check "
+                                   f"its fields; {READ_FIX}") from first_error
+
+
 @dataclass(frozen=True)
 class SkippedRow:
     """One row left out of its batch: where it is and why."""

@@ -16,11 +16,15 @@ ACCEPTED_PATHS = (f"a path ending in {', '.join(FILE_BUILDERS)} or a folder of i
 
 
 def _is_path(value: Any) -> bool:
-    """A ``pathlib.Path`` (any os.PathLike), or a string that ends in an accepted suffix or names something that
-    exists: any other string is left to the other kinds (and refused there, with the kinds accepted)."""
+    """A ``pathlib.Path`` (any os.PathLike), or a string that names something that exists or reads as a path (it
+    holds a folder separator, or ends in a suffix such as ``.csv``), so that a missing one is named as missing: any
+    other string is left to the other kinds (and refused there, with the kinds accepted)."""
     if isinstance(value, os.PathLike):
         return True
-    return isinstance(value, str) and (Path(value).suffix.lower() in FILE_BUILDERS or os.path.exists(value))
+    if not isinstance(value, str):
+        return False
+    looks_like_path = "/" in value or os.sep in value or (Path(value).suffix and not any(c.isspace() for c in value))
+    return bool(looks_like_path) or os.path.exists(value)
 
 
 def is_path_data(data: Any) -> bool:
@@ -41,15 +45,17 @@ def load_paths(data: str | os.PathLike | Sequence[str | os.PathLike], what: str 
 
     Raises:
         FileNotFoundError: A path that does not exist.
-        ValueError: A file with another suffix, files of different kinds in one list, a folder beside files, or a
-            folder that holds several splits (train/, test/, ...: pass each split's folder as its own argument).
+        ValueError: A file with another suffix, files of different kinds in one list, a folder beside files, a
+            folder that holds no file datasets reads, or a folder that holds several splits (train/, test/, ...:
+            pass each split's folder as its own argument).
     """
     import datasets
 
     paths = [Path(item) for item in (data if isinstance(data, (list, tuple)) else [data])]
     for path in paths:
         if not path.exists():
-            raise FileNotFoundError(f"{what} names the path '{path}', which does not exist; give {ACCEPTED_PATHS}")
+            raise FileNotFoundError(f"no such file or folder: '{path}'; {what} should name an existing file or "
+                                    f"folder ({ACCEPTED_PATHS}), but got {what}='{path}'")
     folders = [path for path in paths if path.is_dir()]
     if folders:
         if len(paths) > 1:
@@ -64,7 +70,52 @@ def load_paths(data: str | os.PathLike | Sequence[str | os.PathLike], what: str 
     if len(builders) > 1:
         raise ValueError(f"{what} mixes files of kinds {builders} ({', '.join(str(path) for path in paths)}); give "
                          f"files of one kind, or read them into one datasets.Dataset yourself")
-    return datasets.load_dataset(builders[0], data_files=[str(path) for path in paths], split="train")
+    try:
+        dataset = datasets.load_dataset(builders[0], data_files=[str(path) for path in paths], split="train")
+    except Exception as error:  # datasets' own words for an empty file: 'Instruction "train" corresponds to no data!'
+        _refuse_empty(paths, what, error)
+        raise
+    if len(dataset) == 0:
+        _refuse_empty(paths, what)
+    return dataset
+
+
+_TEXT_SUFFIXES = (".csv", ".json", ".jsonl", ".txt", ".tsv")
+
+
+def _data_rows(path: Path) -> int | None:
+    """How many data rows ``path`` holds as far as a cheap look tells (0 for a file with nothing, a header only,
+    or an empty JSON list), or None where it cannot tell (left to the reader's own error)."""
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            return pq.ParquetFile(path).metadata.num_rows
+        except Exception:
+            return None
+    if suffix not in _TEXT_SUFFIXES:
+        return None
+    if path.stat().st_size > 2**16:
+        return 1  # more than a header; not read here
+    text = path.read_text(encoding="utf-8", errors="replace").strip()
+    lines = [line for line in text.splitlines() if line.strip()]
+    if suffix in (".csv", ".tsv"):
+        return max(len(lines) - 1, 0)  # the first line is the header
+    if suffix == ".json" and text in ("[]", "{}"):
+        return 0
+    return len(lines)
+
+
+def _refuse_empty(paths: list[Path], what: str, error: BaseException | None = None) -> None:
+    """Raise naming the files that hold no data rows when every one of ``paths`` holds none; return otherwise."""
+    files = [path for path in paths if path.is_file()]
+    if not files or any(_data_rows(path) != 0 for path in files):
+        return
+    names = ", ".join(f"'{path}'" for path in files)
+    raise ValueError(f"{what} should hold at least one data row, but the file{'s' if len(files) > 1 else ''} "
+                     f"{names} {'have' if len(files) > 1 else 'has'} no data rows (nothing, or a header only); add "
+                     f"rows, or leave {what} out") from error
 
 
 def _load_folder(folder: Path, what: str) -> Any:
@@ -72,13 +123,20 @@ def _load_folder(folder: Path, what: str) -> Any:
 
     try:
         splits = datasets.load_dataset(str(folder))
-    except datasets.exceptions.DatasetGenerationError as error:
+    except FileNotFoundError as error:  # datasets' EmptyDatasetError, DataFilesNotFoundError: nothing it reads
+        kinds = sorted({path.suffix.lower() or path.name for path in folder.rglob("*") if path.is_file()})
+        raise ValueError(f"{what} is the folder '{folder}', which holds no file of a kind datasets reads (it holds "
+                         f"{kinds or 'no files'}); {what} should be {ACCEPTED_PATHS}") from error
+    except (datasets.exceptions.DatasetGenerationError, ValueError, StopIteration) as error:
         if "torchcodec" not in str(error.__cause__):
+            _refuse_empty(sorted(folder.rglob("*")), what, error)
             raise
         raise ImportError(f"{what} is the folder '{folder}', which datasets reads with audiofolder, and in this "
                           f"datasets version that needs torchcodec with FFmpeg ({error.__cause__}); install them, or "
                           f"give datasets.Dataset.from_dict({{'audio': paths, 'label': labels}}).cast_column('audio', "
                           f"datasets.Audio()), whose audio this module decodes with soundfile") from error
+    if all(len(split) == 0 for split in splits.values()):
+        _refuse_empty(sorted(folder.rglob("*")), what)
     if list(splits) != ["train"]:
         raise ValueError(f"{what} is the folder '{folder}', which holds the splits {list(splits)}; pass each split's "
                          f"folder on its own, e.g. train_data='{folder / 'train'}', val_data=...")

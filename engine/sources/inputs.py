@@ -29,7 +29,7 @@ def row_keys(source: MapSource) -> list[str] | None:
         return source.column_names
     if isinstance(source, TensorListSource):
         return [source.key] if source.key is not None else None
-    first = source[0]
+    first = source.first_row()
     return list(first) if isinstance(first, Mapping) else None
 
 
@@ -42,7 +42,7 @@ def needs_tokenizer(keys: list[str] | None, spec: TaskSpec | None, source: MapSo
         return False
     if isinstance(source, HFSource):
         return True
-    return isinstance(source[0][text_field], str)
+    return isinstance(source.first_row()[text_field], str)
 
 
 def check_inputs(
@@ -89,6 +89,8 @@ def check_inputs(
         )
     if spec.task_type in CLASS_TASKS and spec.target_field in keys:
         check_class_labels(source, spec, role)
+    if raw_text and isinstance(source, HFSource):
+        check_text_cells(source.dataset, [c for c in (text_field, target_text) if c in keys], role)
 
 
 CLASS_TASKS = ("classification", "token_classification")
@@ -159,3 +161,22 @@ def class_maps(names: tuple[str, ...] | None) -> tuple[dict[int, str] | None, di
     if names is None:
         return None, None
     return dict(enumerate(names)), {name: index for index, name in enumerate(names)}
+
+
+def check_text_cells(dataset: Any, columns: list[str], role: str) -> None:
+    """Refuse a raw-text column with empty (None) cells before the tokenizer meets one, naming the column, the
+    first such row (its index in the data given) and the fix; read from Arrow's null counts, no row is built."""
+    import pyarrow.compute as pc
+
+    for column in columns:
+        values = dataset.with_format("arrow")[column]
+        if not values.null_count:
+            continue
+        first = pc.index(pc.is_null(values), True).as_py()
+        more = f" (and {values.null_count - 1} more rows)" if values.null_count > 1 else ""
+        raise ValueError(
+            f"{column!r} should be a string in every row of {role}, but got {column}=None in row {first}{more}; "
+            f"the tokenizer needs text in each row: filter those rows out (dataset.filter(lambda row: "
+            f"row[{column!r}] is not None), or pandas df.dropna(subset=[{column!r}])) or fill them "
+            f"(df[{column!r}].fillna(''))"
+        )

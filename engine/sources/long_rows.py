@@ -125,6 +125,16 @@ def count(lengths: np.ndarray, policy: LongRows, out_rows: int) -> dict[str, Any
             "cut_tokens": cut, "out_rows": int(out_rows)}
 
 
+def check_rows_left(report: dict[str, Any] | None, role: str) -> None:
+    """Refuse a split that ``long_rows='drop'`` emptied: every row was longer than ``max_length``."""
+    if report is None or report["policy"] != "drop" or not report["rows"] or report["out_rows"]:
+        return
+    raise ValueError(f"long_rows='drop' should leave rows in the {role} split, but it dropped all {report['rows']} "
+                     f"of its rows: each is longer than max_length={report['max_length']} tokens; raise max_length "
+                     f"(spec.max_seq_len, or collator_kwargs={{'max_length': ...}}), or pass long_rows='split' (keep "
+                     f"them as windows) or long_rows='truncate' (keep their start)")
+
+
 def describe(report: dict[str, Any], role: str = "train") -> str:
     """One line for ``repr(dm)`` and the setup log."""
     policy, long, rows = report["policy"], report["long_rows"], report["rows"]

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset
 
-from engine.sources.bad_rows import SkippedRow, named_error, read_skipping, transform_skipping
+from engine.sources.bad_rows import READ_FIX, SkippedRow, named_error, read_skipping, transform_skipping
 from engine.sources.transforms import RowTransform, TransformFailed
 
 
@@ -60,7 +60,7 @@ class MapSource(Dataset):
                 self._fetch([position])
             except Exception as single:  # the failing row, with its own exception
                 return named_error(single, f"reading row {self.dataset_index(position)} of the {self.role} data "
-                                           f"failed; fix or remove that row")
+                                           f"failed; {READ_FIX}")
         return named_error(error, f"reading rows {positions[:8]} of the {self.role} data failed")
 
     def transformed(self, rows: RowBatch, positions: list[int], epoch: int) -> tuple[RowBatch, list[int]]:
@@ -85,6 +85,14 @@ class MapSource(Dataset):
         source = copy.copy(self)
         source.role, source.transform = role, transform
         return source
+
+    first_index = 0
+    """The first row that reads, which construction's checks of the rows' fields look at (see ``as_source``)."""
+
+    def first_row(self) -> Any:
+        """The row construction checks the fields of: row 0, or with ``on_error`` 'skip'/'warn' the first that
+        reads."""
+        return self[self.first_index]
 
     def dataset_index(self, position: int) -> int:
         """The index in the data the user gave of this source's ``position`` (a split is a view)."""

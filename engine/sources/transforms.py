@@ -117,11 +117,17 @@ class RowTransform:
         row = dict(row) if isinstance(row, dict) else row  # a transform that sets a key leaves the source's row be
         try:
             if self.uses_generator:
-                return self.transform(row, generator=generator_from(seed))
-            seed_global_rng(seed)
-            return self.transform(row)
+                out = self.transform(row, generator=generator_from(seed))
+            else:
+                seed_global_rng(seed)
+                out = self.transform(row)
         except Exception as error:  # any exception of the user's code: named with the row by the source
             raise TransformFailed(index, error) from error
+        if out is None:  # a bug of the transform, not a bad row: raised even under on_error='skip'
+            raise TypeError(f"{self.argument} should return the row, but got None from {self.argument}(row) on row "
+                            f"{index} of the {self.role} data; end the transform with `return row` (a transform "
+                            f"that changes the row in place must still return it)")
+        return out
 
     def __repr__(self) -> str:
         return f"RowTransform({self.transform!r}, role={self.role!r})"

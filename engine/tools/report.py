@@ -161,7 +161,7 @@ def _chosen_batches(dm: Any, train: MapSource, key: str | None) -> tuple[int, li
     """(seed, epoch 0's batches) of the module's own training sampler, built afresh (the loader is untouched)."""
     config = dm.train_config
     sampler = batch_sampler_for(train, batching=dm.batching, batch_size=config.batch_size, max_tokens=dm.max_tokens,
-                                key=key, seed=config.seed or 0, shuffle=config.shuffle, drop_last=config.drop_last,
+                                key=key, seed=config.seed, shuffle=config.shuffle, drop_last=config.drop_last,
                                 num_replicas=dm.world_size, rank=dm.rank, uneven=dm.uneven)
     return sampler.seed, sampler.epoch_batches(0)
 

@@ -290,3 +290,28 @@ class TestFactory:
         assert set(batch) == {"pixel_values", "labels"}
         assert batch["pixel_values"].shape == (8, *spec.additional_config["image_size"])
         assert batch["labels"].max() < spec.num_classes
+
+
+class TestLayoutHints:
+    """A channels-last tensor and a grayscale image among RGB ones are named with the fix that helps (not
+    'resize every image', nor a channel count that is the image's height)."""
+
+    @pytest.mark.parametrize("normalize", [True, False])
+    def test_an_hwc_tensor_is_named_channels_last_with_the_permute(self, normalize) -> None:
+        images = [torch.zeros(32, 32, 3, dtype=torch.uint8)] * 2
+        with pytest.raises(ValueError, match=r"'pixel_values' should be a CHW image, but got shape \(32, 32, 3\), "
+                                             r"which looks channels-last \(HWC\); permute it with "
+                                             r"image.permute\(2, 0, 1\) .* v2.ToImage\(\)"):
+            VisionCollator(normalize=normalize)(images)
+
+    def test_a_grayscale_image_among_rgb_ones_names_the_conversion(self) -> None:
+        images = [torch.zeros(3, 8, 8, dtype=torch.uint8)] * 2 + [torch.zeros(1, 8, 8, dtype=torch.uint8)]
+        with pytest.raises(ValueError, match=r"row 2: 'pixel_values' has 1 channel\(s\) where the other images have 3 "
+                                             r"\(shape \(1, 8, 8\)\); convert every image to RGB .*v2.RGB\(\), or "
+                                             r"PIL's image.convert\('RGB'\)\), or pass grayscale_to_rgb=True"):
+            VisionCollator()(images)
+
+    def test_an_rgba_image_among_rgb_ones_names_the_conversion(self) -> None:
+        images = [torch.zeros(4, 8, 8, dtype=torch.uint8)] + [torch.zeros(3, 8, 8, dtype=torch.uint8)] * 2
+        with pytest.raises(ValueError, match=r"row 0: 'pixel_values' has 4 channel\(s\) where the other images have 3"):
+            VisionCollator()(images)

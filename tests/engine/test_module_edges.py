@@ -185,3 +185,28 @@ class TestStringLabels:
         shared = self.reviews(["positive", "negative", "negative"] * 2).cast_column("labels", train.features["labels"])
         dm = UniversalDataModule(train, val_data=shared, task_spec=spec, tokenizer=build_tokenizer())
         assert dm.id2label[2] == "positive"
+
+
+class TestEmptyTokenRows:
+    """A row of 0 tokens would be padded into an all-padding, fully masked row (NaN in attention): refused at setup,
+    naming the row by its index in the data given, the split and the fix."""
+
+    def test_an_empty_tensor_row_is_refused_at_setup(self):
+        rows = [torch.arange(3, 3 + n) for n in range(4, 12)]
+        rows[5] = torch.zeros(0, dtype=torch.long)
+        dm = UniversalDataModule(rows, task_spec=TaskSpec.lm_tiny(), batch_size=4)
+        with pytest.raises(ValueError, match=r"'input_ids' should hold at least one token in every row, but row 5 of "
+                                             r"the train data holds 0 tokens; .* NaN in attention: filter empty rows"):
+            dm.setup()
+
+    def test_an_empty_arrow_row_cut_into_val_names_its_dataset_index(self):
+        ids = [[5 + i] * (3 + i % 4) for i in range(20)]
+        ids[13] = []
+        data = datasets.Dataset.from_dict({"input_ids": ids, "labels": [i % 2 for i in range(20)]})
+        spec = TaskSpec.cls_tiny().replace(additional_config={"num_classes": 2})
+        from engine.sources.splits import plan_splits
+
+        split = "val" if 13 in plan_splits(20, val_split=0.5, seed=3).val else "train"
+        dm = UniversalDataModule(data, task_spec=spec, batch_size=4, val_split=0.5, seed=3)
+        with pytest.raises(ValueError, match=rf"but row 13 of the {split} data holds 0 tokens"):
+            dm.setup()

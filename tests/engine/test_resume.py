@@ -119,3 +119,27 @@ class TestMismatch:
         state["version"] = 0
         with pytest.raises(ValueError, match="has version 0, but this engine writes version"):
             module().load_state_dict(state)
+
+
+class TestDrawnSeed:
+    """seed=None draws one seed at construction and records it where a resume reads it: dm.seed, the state, the
+    checkpoint's hyperparameters and the sampler all hold the same seed, so resuming with it continues exactly."""
+
+    @pytest.mark.parametrize("workers", [0, 2])
+    def test_the_drawn_seed_is_recorded_everywhere_and_a_resume_reproduces_the_run(self, workers):
+        first = module(workers, seed=None)
+        assert isinstance(first.seed, int) and 0 <= first.seed < 2**31
+        assert first.train_dataloader().batch_sampler.seed == first.seed
+        assert first.state_dict()["seed"] == first.seed and first.hparams["seed"] == first.seed
+        reference = run(module(workers, seed=first.seed), 8)
+        assert run(first, 3) == reference[:3]
+        resumed = module(workers, seed=first.hparams["seed"])
+        resumed.load_state_dict(pickle.loads(pickle.dumps(first.state_dict())))
+        assert run(resumed, 5) == reference[3:]
+
+    def test_the_seed_is_drawn_with_secrets(self, monkeypatch):
+        import secrets
+
+        monkeypatch.setattr(secrets, "randbits", lambda bits: 777)
+        dm = module(seed=None)
+        assert dm.seed == 777 and run(dm, 4) == run(module(seed=777), 4)

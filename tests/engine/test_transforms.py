@@ -271,3 +271,30 @@ def test_lightning_sees_the_plain_loops_augmented_batches_in_every_epoch():
     lightning.Trainer(accelerator="cpu", devices=1, max_epochs=2, logger=False, enable_progress_bar=False,
                       enable_model_summary=False, enable_checkpointing=False).fit(recorder, datamodule=build())
     assert recorder.seen == expected
+
+
+def returns_nothing(row):
+    row["input_ids"] = row["input_ids"] + 1  # changes the row, forgets to return it
+
+
+class TestATransformThatReturnsNone:
+    """A transform that returns None is named, with the row, the split and what it must return (not blamed on the
+    collator's input key)."""
+
+    @pytest.mark.parametrize("workers", [0, 2])
+    def test_the_train_transform_is_named_with_the_row_and_split(self, workers):
+        dm = UniversalDataModule(indexed_rows(), task_spec=LM, batch_size=4, shuffle=False, seed=2,
+                                 num_workers=workers, train_transform=returns_nothing)
+        with pytest.raises(TypeError, match=r"train_transform should return the row, but got None from "
+                                            r"train_transform\(row\) on row 0 of the train data; end the transform "
+                                            r"with `return row`"):
+            next(iter(dm.train_dataloader()))
+
+    def test_the_eval_transform_is_named_with_a_val_split_rows_dataset_index(self):
+        dm = UniversalDataModule(indexed_rows(), task_spec=LM, batch_size=4, val_split=6, seed=2,
+                                 eval_transform=returns_nothing, on_error="skip")
+        dm.setup()
+        first = int(dm.split_plan.val[0])
+        with pytest.raises(TypeError, match=rf"eval_transform should return the row, but got None from "
+                                            rf"eval_transform\(row\) on row {first} of the val data"):
+            next(iter(dm.val_dataloader()))

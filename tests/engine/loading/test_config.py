@@ -54,3 +54,28 @@ class TestResolve:
             kwargs, _ = config.resolve()
         assert kwargs["pin_memory"] is False
         assert config.pin_memory is True  # the user's config is not changed
+
+
+class TestDrawnSeed:
+    """seed=None draws one seed when the config is made and records it, so the sampler, the workers and the config
+    agree on it (not 0 for the order and another for the workers)."""
+
+    def test_none_draws_a_seed_once_and_records_it(self, monkeypatch):
+        import secrets
+
+        monkeypatch.setattr(secrets, "randbits", lambda bits: 1234)
+        config = DataLoaderConfig(batch_size=4, shuffle=True, seed=None)
+        assert config.seed == 1234
+
+    def test_the_training_and_eval_samplers_use_the_recorded_seed(self):
+        from engine import DataLoaderFactory
+
+        config = DataLoaderConfig(batch_size=4, shuffle=True, seed=None)
+        assert isinstance(config.seed, int) and 0 <= config.seed < 2**31
+        data = torch.utils.data.TensorDataset(torch.arange(10))
+        factory = DataLoaderFactory()
+        assert factory.train_dataloader(data, config).batch_sampler.seed == config.seed
+        assert factory.eval_dataloader(data, config).batch_sampler.seed == config.seed
+        again = DataLoaderConfig(batch_size=4, shuffle=True, seed=config.seed)
+        assert ([b[0].tolist() for b in factory.train_dataloader(data, config)]
+                == [b[0].tolist() for b in factory.train_dataloader(data, again)])

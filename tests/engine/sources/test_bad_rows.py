@@ -330,3 +330,46 @@ def test_a_truncated_image_file_is_left_out_of_an_image_folder(tmp_path):
     (record,) = dm.skipped.records
     assert (record.index, record.split, record.error_type) == (index, "train", "OSError")
     assert record.message.startswith(f"cannot read image '{broken}'") and "truncated" in record.message
+
+
+class UnreadableFirstRow(torch.utils.data.Dataset):
+    """Image rows whose first ``broken`` rows raise OSError, as a corrupt image file does."""
+
+    def __init__(self, broken=1, count=8):
+        self.broken, self.count = broken, count
+
+    def __len__(self):
+        return self.count
+
+    def __getitem__(self, index):
+        if index < self.broken:
+            raise OSError(f"cannot identify image file 'img{index}.png'")
+        return {"pixel_values": torch.zeros(3, 32, 32, dtype=torch.uint8), "labels": index % 4}
+
+
+class TestAnUnreadableRowAtConstruction:
+    """Construction reads a row to check its fields: a row 0 that fails is named with the fix (not a bare OSError),
+    and with on_error='skip' construction looks on to the first row that reads and the batch leaves row 0 out."""
+
+    def test_row_0_is_named_with_the_split_and_the_fix(self):
+        with pytest.raises(OSError, match=r"reading row 0 of train_data failed at construction, which reads a row "
+                                          r"to check its fields; fix or remove that row \(or its file\), or pass "
+                                          r"on_error='skip' .* \(OSError: cannot identify image file 'img0.png'\)"):
+            UniversalDataModule(UnreadableFirstRow(), task_spec=TaskSpec.vision_tiny(), batch_size=4)
+
+    def test_val_data_is_named_as_val_data(self):
+        with pytest.raises(OSError, match=r"reading row 0 of val_data failed at construction"):
+            UniversalDataModule(UnreadableFirstRow(broken=0), val_data=UnreadableFirstRow(),
+                                task_spec=TaskSpec.vision_tiny(), batch_size=4)
+
+    @pytest.mark.parametrize("workers", [0, 2])
+    def test_on_error_skip_constructs_and_leaves_row_0_out(self, workers):
+        dm = UniversalDataModule(UnreadableFirstRow(), task_spec=TaskSpec.vision_tiny(), batch_size=4,
+                                 shuffle=False, on_error="skip", num_workers=workers)
+        batches = list(dm.train_dataloader())
+        assert [batch["labels"].tolist() for batch in batches] == [[1, 2, 3], [0, 1, 2, 3]]
+        assert [(record.index, record.split) for record in dm.skipped.records] == [(0, "train")]
+
+    def test_on_error_skip_with_no_readable_row_names_the_rows_tried(self):
+        with pytest.raises(OSError, match=r"reading rows 0 to 7 of train_data failed at construction"):
+            UniversalDataModule(UnreadableFirstRow(broken=8), task_spec=TaskSpec.vision_tiny(), on_error="skip")

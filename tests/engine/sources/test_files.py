@@ -156,9 +156,30 @@ class TestFolders:
 
 class TestRefusals:
     def test_a_missing_file_is_named(self, tmp_path):
-        with pytest.raises(FileNotFoundError, match=r"train_data names the path '.*missing.csv', which does not "
-                                                    r"exist; give a path ending in .csv, .json, .jsonl, .parquet"):
+        with pytest.raises(FileNotFoundError, match=r"no such file or folder: '.*missing.csv'; train_data should "
+                                                    r"name an existing file or folder \(a path ending in .csv, .json, "
+                                                    r".jsonl, .parquet"):
             UniversalDataModule(str(tmp_path / "missing.csv"), task_spec=SPEC)
+
+    @pytest.mark.parametrize("path", ["no/such/dir", "no/such/notes.txt", "missing.tsv", ["no/such/a.csv"]])
+    def test_a_missing_path_is_named_as_missing_not_as_a_wrong_type(self, path):
+        name = path[0] if isinstance(path, list) else path
+        with pytest.raises(FileNotFoundError, match=rf"no such file or folder: '{name}'; train_data should name an "
+                                                    rf"existing file or folder .* but got train_data='{name}'"):
+            UniversalDataModule(path, task_spec=SPEC)
+
+    def test_a_folder_of_no_readable_kind_names_what_it_holds_and_the_kinds_read(self, tmp_path):
+        (tmp_path / "data").mkdir()
+        (tmp_path / "data" / "rows.xyz").write_text("1,2\n")
+        with pytest.raises(ValueError, match=r"train_data is the folder '.*data', which holds no file of a kind "
+                                             r"datasets reads \(it holds \['.xyz'\]\); train_data should be a path "
+                                             r"ending in .csv, .json, .jsonl, .parquet or a folder of images or audio"):
+            UniversalDataModule(tmp_path / "data", task_spec=SPEC)
+
+    def test_an_empty_folder_is_named(self, tmp_path):
+        (tmp_path / "empty").mkdir()
+        with pytest.raises(ValueError, match=r"the folder '.*empty', which holds no file .* \(it holds no files\)"):
+            UniversalDataModule(tmp_path / "empty", task_spec=SPEC)
 
     def test_an_unknown_suffix_is_refused_with_the_accepted_ones(self, tmp_path):
         path = tmp_path / "notes.txt"
@@ -197,3 +218,65 @@ def test_an_audio_folder_that_datasets_cannot_encode_names_the_fix(tmp_path, mon
     with pytest.raises(ImportError, match=r"the folder '.*sounds', which datasets reads with audiofolder, .* needs "
                                           r"torchcodec with FFmpeg .*\.cast_column\('audio', datasets.Audio\(\)\)"):
         UniversalDataModule(tmp_path / "sounds", task_spec=TaskSpec.audio_tiny())
+
+
+class TestEmptyFiles:
+    """A file with no data rows is named, with the fix, instead of datasets' 'Instruction "train" corresponds to no
+    data!'."""
+
+    @pytest.mark.parametrize(("name", "content"), [("train.csv", "text,labels\n"), ("train.csv", ""),
+                                                   ("train.json", "[]"), ("train.jsonl", "")])
+    def test_a_file_with_a_header_only_or_nothing_names_the_file(self, tmp_path, name, content):
+        (tmp_path / name).write_text(content)
+        with pytest.raises(ValueError, match=rf"train_data should hold at least one data row, but the file "
+                                             rf"'.*{name}' has no data rows \(nothing, or a header only\); add rows"):
+            UniversalDataModule(tmp_path / name, task_spec=SPEC)
+
+    def test_an_empty_val_file_is_named_as_val_data(self, tmp_path):
+        (tmp_path / "val.csv").write_text("text,labels\n")
+        with pytest.raises(ValueError, match=r"val_data should hold at least one data row, but the file '.*val.csv'"):
+            UniversalDataModule(write_csv(tmp_path / "a.csv", TEXTS, LABELS), val_data=tmp_path / "val.csv",
+                                task_spec=SPEC, tokenizer=build_tokenizer())
+
+    def test_an_empty_parquet_file_is_named(self, tmp_path):
+        datasets.Dataset.from_dict({"text": [], "labels": []}).to_parquet(tmp_path / "train.parquet")
+        with pytest.raises(ValueError, match=r"the file '.*train.parquet' has no data rows"):
+            UniversalDataModule(tmp_path / "train.parquet", task_spec=SPEC)
+
+    def test_a_folder_of_empty_text_files_names_them(self, tmp_path):
+        (tmp_path / "docs").mkdir()
+        (tmp_path / "docs" / "a.txt").write_text("")
+        with pytest.raises(ValueError, match=r"the file '.*a.txt' has no data rows"):
+            UniversalDataModule(tmp_path / "docs", task_spec=SPEC)
+
+    def test_one_empty_file_among_others_is_read(self, tmp_path):
+        (tmp_path / "empty.csv").write_text("text,labels\n")
+        dm, batch = first_batch([write_csv(tmp_path / "a.csv", TEXTS, LABELS), tmp_path / "empty.csv"],
+                                tokenizer=build_tokenizer())
+        assert batch["labels"].tolist() == LABELS[:4]
+
+
+class TestEmptyTextCells:
+    """A None text cell is refused at construction, naming the column, the row and the fix (not a tokenizer error
+    without either)."""
+
+    def test_a_none_text_cell_names_the_column_and_row(self):
+        texts = TEXTS[:5] + [None] + TEXTS[6:9] + [None] + TEXTS[10:]
+        data = datasets.Dataset.from_dict({"text": texts, "labels": LABELS})
+        with pytest.raises(ValueError, match=r"'text' should be a string in every row of train_data, but got "
+                                             r"text=None in row 5 \(and 1 more rows\); .* filter those rows out .* or "
+                                             r"fill them"):
+            UniversalDataModule(data, task_spec=SPEC, tokenizer=build_tokenizer())
+
+    def test_an_empty_csv_cell_in_val_data_names_val_data(self, tmp_path):
+        path = tmp_path / "val.csv"
+        path.write_text('text,labels\n"the fox ran",1\n,0\n')
+        with pytest.raises(ValueError, match=r"'text' should be a string in every row of val_data, but got "
+                                             r"text=None in row 1;"):
+            UniversalDataModule(write_csv(tmp_path / "a.csv", TEXTS, LABELS), val_data=path, task_spec=SPEC,
+                                tokenizer=build_tokenizer())
+
+    def test_a_selected_view_counts_rows_in_the_view(self):
+        data = datasets.Dataset.from_dict({"text": [None] + TEXTS, "labels": [0] + LABELS}).select([3, 4, 0, 5])
+        with pytest.raises(ValueError, match=r"text=None in row 2;"):
+            UniversalDataModule(data, task_spec=SPEC, tokenizer=build_tokenizer())

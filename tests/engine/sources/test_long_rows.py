@@ -197,3 +197,23 @@ class _DictRows(torch.utils.data.Dataset):
 
     def __getitem__(self, index):
         return {"input_ids": torch.arange(3)}
+
+
+class TestDropEmptiesASplit:
+    """long_rows='drop' that leaves a split with no row is refused at setup, naming the count, the limit and the
+    fix (not only a log line, and an empty loader later)."""
+
+    def test_dropping_every_train_row_is_refused_with_the_fix(self):
+        spec = TaskSpec.lm_tiny().replace(additional_config={"max_seq_len": 4})
+        dm = UniversalDataModule([torch.arange(2, 12)] * 6, task_spec=spec, long_rows="drop", batch_size=2)
+        with pytest.raises(ValueError, match=r"long_rows='drop' should leave rows in the train split, but it dropped "
+                                             r"all 6 of its rows: each is longer than max_length=4 tokens; raise "
+                                             r"max_length .* or pass long_rows='split' .* or long_rows='truncate'"):
+            dm.setup()
+
+    def test_dropping_every_val_row_names_the_val_split(self):
+        spec = TaskSpec.lm_tiny().replace(additional_config={"max_seq_len": 8})
+        dm = UniversalDataModule([torch.arange(2, 6)] * 6, val_data=[torch.arange(2, 20)] * 3, task_spec=spec,
+                                 long_rows="drop", batch_size=2)
+        with pytest.raises(ValueError, match=r"should leave rows in the val split, but it dropped all 3 of its rows"):
+            dm.setup()
