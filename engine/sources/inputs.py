@@ -120,11 +120,10 @@ def check_class_labels(source: MapSource, spec: TaskSpec, role: str) -> None:
                 f"spec.replace(additional_config={{'num_classes': {len(names)}}}), or re-encode the column"
             )
         return
-    count = min(len(source), 8)
-    if isinstance(source, HFSource):
-        values = source.dataset.select(range(count))[field]
-    else:
-        values = [source[index][field] for index in range(count)]
+    if isinstance(source, HFSource):  # the column's first values, read without decoding the other columns
+        values = source.dataset.select_columns([field]).select(range(min(len(source), 8)))[field]
+    else:  # the row the construction checks read already: other rows may be costly (images) or unreadable
+        values = [source.first_row()[field]]
     flat = [item for value in values for item in (value if isinstance(value, (list, tuple)) else [value])]
     strings = list(dict.fromkeys(item for item in flat if isinstance(item, str)))
     if strings:

@@ -135,12 +135,13 @@ class TestFolders:
         write_images(tmp_path / "pets")
         gray = np.arange(30, dtype=np.uint8).reshape(6, 5)
         Image.fromarray(gray, "L").save(tmp_path / "pets" / "cat" / "3.png")
-        by_path = TaskSpec.vision_tiny().replace(input_fields=("image",), target_field="label")
+        two_classes = TaskSpec.vision_tiny().replace(additional_config={"num_classes": 2})
+        by_path = two_classes.replace(input_fields=("image",), target_field="label")
         options = dict(batch_size=7, shuffle=False, num_workers=workers)
         by_folder = UniversalDataModule(tmp_path / "pets", task_spec=by_path, **options)
         path_batch = next(iter(by_folder.train_dataloader()))
         class_batch = next(iter(UniversalDataModule(ImageFolderDataset(tmp_path / "pets"),
-                                                    task_spec=TaskSpec.vision_tiny(), **options).train_dataloader()))
+                                                    task_spec=two_classes, **options).train_dataloader()))
         assert path_batch["image"].shape == (7, 3, 6, 5)
         assert torch.equal(path_batch["image"], class_batch["pixel_values"])
         gray_row = by_folder.datasets["train"][3]["image"]
