@@ -24,6 +24,9 @@ from collators.columns import RaggedColumn, SpanColumn
 class RowInputs:
     """A batch given as row dicts (or bare id sequences, read as ``{'input_ids': row}``)."""
 
+    origin: Any = None
+    """The batch as the collator got it, whose ``role`` and ``indices`` name its rows in errors (None: unknown)."""
+
     def __init__(self, rows: Any, target_keys: tuple[str, ...] = ()) -> None:
         self.rows = as_mapping_rows(rows, target_keys)
         self.keys = list(self.rows[0])
@@ -82,6 +85,9 @@ def _arrow_ragged(array: Any) -> RaggedColumn | None:
 
 class ColumnInputs:
     """A batch given as ``{key: column}``; see :meth:`collators.text.TextCollator.collate_columns`."""
+
+    origin: Any = None
+    """The batch as the collator got it, whose ``role`` and ``indices`` name its rows in errors (None: unknown)."""
 
     def __init__(self, columns: Mapping[str, Any]) -> None:
         if not isinstance(columns, Mapping):
@@ -179,10 +185,14 @@ def batch_inputs(rows: Any, target_keys: tuple[str, ...] = ()) -> RowInputs | Co
     or otherwise hands them over (``rows.to_columns()``), else rows.
 
     ``target_keys`` are the keys a batch may lack as a whole (prediction), named when only some rows lack them.
+    ``rows`` is kept as the inputs' ``origin``, which names the rows in errors.
     """
+    inputs: RowInputs | ColumnInputs | None = None
     to_columns = getattr(rows, "to_columns", None)
     if callable(to_columns) and not isinstance(rows, (Mapping, str, bytes)):
         columns = to_columns()
         if columns is not None:
-            return ColumnInputs(columns)
-    return RowInputs(rows, target_keys)
+            inputs = ColumnInputs(columns)
+    inputs = inputs or RowInputs(rows, target_keys)
+    inputs.origin = rows
+    return inputs

@@ -17,16 +17,22 @@ from collators._text_inputs import check_same_lengths, flatten_ids, mixed_target
 from collators._text_options import TextOptions
 from collators._text_targets import collate_targets
 from collators.masking import mask_tokens
+from collators.targets import missing_target, needs_targets, row_name
+from task_spec.choices import SUPERVISED_TASK_TYPES
 
 if TYPE_CHECKING:
     from collators._text_batch import ColumnInputs, RowInputs, SpanColumn
 
+
 def target_key(options: TextOptions, inputs: RowInputs | ColumnInputs) -> str | None:
     """The key the batch's targets come from, or None when no row has one (a batch for prediction).
 
-    A key whose value is None in every row counts as absent; None in some rows only raises, naming the row.
+    A key whose value is None in every row counts as absent; None in some rows only raises, naming the row. A batch
+    of the train or val split of a supervised task (``inputs.origin.role``) must have its targets in every row.
     """
+    required = needs_targets(inputs.origin, options.task_type in SUPERVISED_TASK_TYPES)
     keys = [options.target_field] + ([options.target_text_field] if options.task_type == "seq2seq" else [])
+    null_key = None  # a target key that is None in every row
     for key in keys:
         if key not in inputs.keys:
             continue
@@ -34,8 +40,15 @@ def target_key(options: TextOptions, inputs: RowInputs | ColumnInputs) -> str | 
         if not empty:
             return key
         if len(empty) < len(inputs):
+            if required:
+                raise missing_target(row_name(inputs.origin, empty[0]), key, f"{key}=None")
             having = next(index for index in range(len(inputs)) if index not in set(empty))
             raise mixed_targets_error(key, empty[0], having)
+        null_key = null_key or key
+    if required:
+        key = null_key or options.target_field
+        found = f"{key}=None" if null_key else f"no {key!r} (the row's keys: {sorted(inputs.keys)})"
+        raise missing_target(row_name(inputs.origin, 0), key, found)
     return None
 
 
@@ -208,7 +221,7 @@ def add_labels(options: TextOptions, batch: dict[str, Any], inputs: RowInputs | 
                                      check=check)
     elif task in ("classification", "regression"):
         labels = collate_targets(inputs.values(field), field, dtype=torch.long if task == "classification"
-                                 else torch.float32)
+                                 else torch.float32, rows=inputs.origin)
         check = _class_check(options) if task == "classification" and labels.dim() == 1 else None
         if check is not None:
             check_range(labels, field, **check)

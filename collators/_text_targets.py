@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from collators.targets import check_finite
+
 
 def _first_label_problem(plain: Sequence[Any]) -> tuple[int, str]:
     shape0 = None
@@ -23,8 +25,9 @@ def _first_label_problem(plain: Sequence[Any]) -> tuple[int, str]:
     return 0, "values that could not be stacked"
 
 
-def collate_targets(values: Sequence[Any], key: str, *, dtype: torch.dtype) -> torch.Tensor:
-    """Stack per-row targets (numbers, 0-d tensors, numpy scalars, or equal-length lists) into ``dtype``."""
+def collate_targets(values: Sequence[Any], key: str, *, dtype: torch.dtype, rows: Any = None) -> torch.Tensor:
+    """Stack per-row targets (numbers, 0-d tensors, numpy scalars, or equal-length lists) into ``dtype``; float
+    targets must be finite (``rows``, the batch, names the row at fault)."""
     plain = [value.tolist() if isinstance(value, (torch.Tensor, np.ndarray, np.generic)) else value
              for value in values]
     try:
@@ -37,6 +40,7 @@ def collate_targets(values: Sequence[Any], key: str, *, dtype: torch.dtype) -> t
             f"row {index}: {key!r} should be a number (or a list of numbers of the same length in every row), "
             f"but got {found}; check the target column, or name another one with target_field="
         )
+    check_finite(stacked, key, rows)
     if dtype == torch.long and stacked.is_floating_point():
         fractional = (stacked != stacked.round()).reshape(len(values), -1).any(dim=1).nonzero()
         if len(fractional):

@@ -6,6 +6,8 @@ padded batch, so per-row Python work is limited to type conversion.
 
 from __future__ import annotations
 
+import math
+import numbers
 import pickle
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -16,11 +18,16 @@ import torchaudio
 
 from collators._extra import add_extra_keys
 from collators._padding import PADDING_SIDES, pad_sequences, padded_length
-from collators.default import MISSING, collate_labels
+from collators.default import MISSING, check_targets_present, collate_labels
+from collators.targets import row_name
 from task_spec import TaskSpec
 
 FEATURES = ("mel", "log_mel")
 """Named feature transforms; ``features`` may also be a picklable callable ``[B, (C,) T] -> tensor``."""
+
+SAMPLE_LIMIT = 2.0
+"""How far float samples may stray outside [-1, 1]: resampling and gain overshoot a little, while integer PCM
+stored as float (int16: up to 32767) is far outside it."""
 
 
 class AudioCollator:
@@ -30,7 +37,10 @@ class AudioCollator:
     numpy array or list, or a ``{"array": ..., "sampling_rate": ...}`` dict as a Hugging Face ``Audio`` column
     gives; bare waveforms are accepted too. A row's ``sampling_rate`` (in the row or that dict) must equal
     ``sample_rate``: nothing is resampled silently. Labels under ``target_field`` are optional (all rows or none:
-    rows without any, or with None, are a batch for prediction and give no labels).
+    rows without any, or with None, are a batch for prediction and give no labels, unless ``require_targets`` and
+    the batch serves the train or val split). Samples must be finite and within [-1, 1] up to
+    :data:`SAMPLE_LIMIT` (one check per batch): NaN would make the features NaN, and int16-scale floats are
+    integer PCM that was never scaled.
 
     With ``features`` set, ``input_features`` and ``feature_lengths`` are added. 'mel' is
     ``torchaudio.transforms.MelSpectrogram`` (power 2, ``center=True``); 'log_mel' adds ``AmplitudeToDB`` with
@@ -52,10 +62,13 @@ class AudioCollator:
         features: None, 'mel', 'log_mel' or a picklable callable.
         n_mels: Mel bands; n_fft: FFT size; hop_length: samples between frames.
         num_classes: Int labels must lie in ``[0, num_classes)`` (or be -100, ignored); None skips the check.
+        require_targets: A batch of the train or val split (the engine's batches say which, ``rows.role``) must
+            carry a label in every row; the registry's factory sets it for a supervised spec.
 
     Raises:
-        ValueError: Bad options, a sampling-rate mismatch, waveforms of different ranks/channel counts, or labels
-            outside the classes.
+        ValueError: Bad options, a sampling-rate mismatch, waveforms of different ranks/channel counts, samples that
+            are NaN, infinite or far outside [-1, 1], labels outside the classes or not finite, or a training or
+            validation row without its label.
         TypeError: A waveform that is not a float tensor, array or list.
 
     Example:
@@ -79,6 +92,7 @@ class AudioCollator:
         n_fft: int = 400,
         hop_length: int = 160,
         num_classes: int | None = None,
+        require_targets: bool = False,
     ) -> None:
         for name, value, optional in (("sample_rate", sample_rate, False), ("max_length", max_length, True),
                                       ("num_classes", num_classes, True),
@@ -90,6 +104,11 @@ class AudioCollator:
                                  f"{name}={value!r}")
         if padding_side not in PADDING_SIDES:
             raise ValueError(f"padding_side should be 'right' or 'left', but got padding_side={padding_side!r}")
+        if isinstance(pad_value, bool) or not isinstance(pad_value, numbers.Real) or not math.isfinite(pad_value):
+            raise ValueError(f"pad_value should be a finite number, but got pad_value={pad_value!r}")
+        if require_targets and target_field is None:
+            raise ValueError("require_targets=True needs the key of the label, but got target_field=None; pass "
+                             "target_field=... or require_targets=False")
         if features is not None and not callable(features) and features not in FEATURES:
             raise ValueError(f"features should be None, 'mel', 'log_mel' or a callable, but got features={features!r}")
         if features is not None and padding_side == "left":
@@ -105,7 +124,7 @@ class AudioCollator:
         self.sample_rate, self.pad_value, self.padding_side = sample_rate, float(pad_value), padding_side
         self.max_length, self.pad_to_multiple_of = max_length, pad_to_multiple_of
         self.features, self.n_mels, self.n_fft, self.hop_length = features, n_mels, n_fft, hop_length
-        self.num_classes = num_classes
+        self.num_classes, self.require_targets = num_classes, bool(require_targets)
         self._transform: Callable[[torch.Tensor], torch.Tensor] | None = None
         if features in FEATURES:
             mel = torchaudio.transforms.MelSpectrogram(
@@ -125,6 +144,7 @@ class AudioCollator:
             wave, label = self._split(row, index)
             waves.append(wave)
             labels.append(label)
+        check_targets_present(labels, rows, str(self.target_field), self.require_targets)
         first = waves[0].shape
         for index, wave in enumerate(waves):
             if wave.ndim != len(first) or wave.shape[:-1] != first[:-1]:
@@ -149,6 +169,7 @@ class AudioCollator:
             mask = positions < lengths.unsqueeze(1)
         else:
             mask = positions >= (length - lengths).unsqueeze(1)
+        self._check_samples(values, mask, rows)
         batch = {self.input_field: values, "lengths": lengths, "attention_mask": mask.long()}
         if self._transform is not None:
             with torch.no_grad():
@@ -157,8 +178,35 @@ class AudioCollator:
                 batch["feature_lengths"] = lengths // self.hop_length + 1
         if any(label is not MISSING for label in labels):
             batch[str(self.target_field)] = collate_labels(labels, key=str(self.target_field),
-                                                           num_classes=self.num_classes)
+                                                           num_classes=self.num_classes, rows=rows)
         return add_extra_keys(batch, rows, {self.input_field, str(self.target_field), "sampling_rate"})
+
+    def _check_samples(self, values: torch.Tensor, mask: torch.Tensor, rows: Sequence[Any]) -> None:
+        """Refuse samples that are not finite or lie far outside [-1, 1]: one max over the padded batch (NaN
+        propagates through it); the row at fault, among the real samples only, is searched when it fails."""
+        if float(values.abs().amax()) <= SAMPLE_LIMIT:
+            return
+        real = mask if values.ndim == 2 else mask.unsqueeze(1).expand_as(values)
+        magnitudes = values.abs().masked_fill(~real, 0).reshape(len(values), -1)
+        bad = ~(magnitudes.amax(dim=1) <= SAMPLE_LIMIT)
+        if not bool(bad.any()):
+            return  # only the padding (a pad_value beyond the limit) is that large
+        position = int(bad.nonzero()[0])
+        where, key = row_name(rows, position), self.input_field
+        flat = values[position].reshape(-1)
+        broken = ~torch.isfinite(flat)
+        if bool(broken.any()):
+            index = int(broken.nonzero()[0])
+            sample, channel = index % values.shape[-1], index // values.shape[-1]
+            at = f"sample {sample}" + (f" of channel {channel}" if values.ndim == 3 else "")
+            raise ValueError(f"{where}: {key!r} should hold finite samples, but got {key}={float(flat[index])} at "
+                             f"{at} (its features would be NaN); fix or drop that file, or replace the bad samples "
+                             f"in a dataset transform (torch.nan_to_num(wave, nan=0.0))")
+        raise ValueError(
+            f"{where}: float {key!r} should hold samples in [-1, 1] (peaks up to {SAMPLE_LIMIT} pass), but got {key} "
+            f"with max abs={float(magnitudes[position].max()):.4g}; integer PCM stored as float? divide it by 32768 "
+            f"(int16) or 2**31 (int32) in a dataset transform, e.g. wave / 32768"
+        )
 
     def _split(self, row: Any, index: int) -> tuple[torch.Tensor, Any]:
         label, rate = MISSING, None
@@ -189,7 +237,7 @@ class AudioCollator:
             f"AudioCollator(input_field={self.input_field!r}, target_field={self.target_field!r}, "
             f"sample_rate={self.sample_rate}, pad_value={self.pad_value}, padding_side={self.padding_side!r}, "
             f"max_length={self.max_length}, pad_to_multiple_of={self.pad_to_multiple_of}{features}, "
-            f"num_classes={self.num_classes})"
+            f"num_classes={self.num_classes}, require_targets={self.require_targets})"
         )
 
 
@@ -197,11 +245,13 @@ def create_audio_collator(task_spec: TaskSpec | None = None, **kwargs: Any) -> A
     """Factory for the registry: an :class:`AudioCollator` with defaults from ``task_spec``, overridden by kwargs.
 
     From the spec: ``input_fields[0]``, ``target_field``, ``additional_config`` ``sample_rate`` and
-    ``max_length``, ``num_classes`` (with a cross-entropy loss), and ``preprocessing_config`` ``features``,
-    ``n_mels``, ``n_fft``, ``hop_length``, ``padding_side``.
+    ``max_length``, ``num_classes`` (with a cross-entropy loss), ``require_targets`` for a supervised task, and
+    ``preprocessing_config`` ``features``, ``n_mels``, ``n_fft``, ``hop_length``, ``padding_side``.
     """
     if task_spec is not None:
-        defaults = {"input_field": task_spec.input_fields[0], "target_field": task_spec.target_field}
+        target = kwargs.get("target_field", task_spec.target_field)
+        defaults = {"input_field": task_spec.input_fields[0], "target_field": task_spec.target_field,
+                    "require_targets": task_spec.is_supervised and target is not None}
         if task_spec.loss_type == "cross_entropy":
             defaults["num_classes"] = task_spec.num_classes
         for key in ("sample_rate", "max_length"):

@@ -16,6 +16,7 @@ import torch
 from torch.utils.data import default_collate
 from torch.utils.data._utils.collate import collate, default_collate_fn_map
 
+from collators.targets import check_finite, describe_missing, missing_target, needs_targets, row_name
 from task_spec import TaskSpec
 
 _RAGGED_FIX = (
@@ -34,9 +35,13 @@ class DefaultCollator:
         collate_fn_map: Extra ``{type: fn(batch, *, collate_fn_map)}`` entries merged over torch's
             ``default_collate_fn_map`` (the documented extension point); the functions must be module-level
             so the collator still pickles.
+        target_field: Key of the target in dict rows; a float target must be finite. None: no key is a target.
+        require_targets: A batch of the train or val split (the engine's batches say which, ``rows.role``) must
+            carry ``target_field`` in every dict row; the registry's factory sets it for a supervised spec.
 
     Raises:
-        ValueError: A dict row lacks a key other rows have, or tensors under one key/position differ in shape.
+        ValueError: A dict row lacks a key other rows have, tensors under one key/position differ in shape, or a
+            training or validation row lacks its target, or its float target is NaN or infinite.
         TypeError: Values of a type ``default_collate`` cannot batch (other than strings).
 
     Example:
@@ -45,18 +50,30 @@ class DefaultCollator:
         (torch.Size([2, 2]), ['a', 'b'])
     """
 
-    def __init__(self, *, collate_fn_map: Mapping[type | tuple[type, ...], Callable[..., Any]] | None = None) -> None:
+    def __init__(self, *, collate_fn_map: Mapping[type | tuple[type, ...], Callable[..., Any]] | None = None,
+                 target_field: str | None = None, require_targets: bool = False) -> None:
+        if require_targets and target_field is None:
+            raise ValueError("require_targets=True needs the key of the target, but got target_field=None; pass "
+                             "target_field=... or require_targets=False")
         self.collate_fn_map = dict(collate_fn_map) if collate_fn_map else None
         self._fn_map = {**default_collate_fn_map, **self.collate_fn_map} if self.collate_fn_map else None
+        self.target_field, self.require_targets = target_field, bool(require_targets)
 
     def __call__(self, rows: Sequence[Any], generator: torch.Generator | None = None) -> Any:
         """Collate ``rows``; ``generator`` is accepted for the collator contract and unused (nothing is random)."""
         if len(rows) == 0:
             raise ValueError("DefaultCollator got an empty list of rows; a batch needs at least one row")
-        if all(isinstance(row, Mapping) for row in rows):
-            _check_same_keys(rows)
-            return {key: self._collate([row[key] for row in rows], path=(key,)) for key in rows[0]}
-        return self._collate(list(rows), path=())
+        if not all(isinstance(row, Mapping) for row in rows):
+            return self._collate(list(rows), path=())
+        _check_same_keys(rows)
+        target = self.target_field
+        if target is not None and needs_targets(rows, self.require_targets):
+            labels = [row.get(target, MISSING) for row in rows]
+            check_targets_present([MISSING if label is None else label for label in labels], rows, target, True)
+        batch = {key: self._collate([row[key] for row in rows], path=(key,)) for key in rows[0]}
+        if isinstance(batch.get(target), torch.Tensor):
+            check_finite(batch[target], target, rows)
+        return batch
 
     def _collate(self, values: list[Any], *, path: tuple[Any, ...]) -> Any:
         try:
@@ -67,12 +84,18 @@ class DefaultCollator:
             raise _diagnose(values, path) from error
 
     def __repr__(self) -> str:
-        extra = f"collate_fn_map={self.collate_fn_map!r}" if self.collate_fn_map else ""
-        return f"DefaultCollator({extra})"
+        shown = [f"collate_fn_map={self.collate_fn_map!r}"] if self.collate_fn_map else []
+        if self.target_field is not None:
+            shown.append(f"target_field={self.target_field!r}, require_targets={self.require_targets}")
+        return f"DefaultCollator({', '.join(shown)})"
 
 
 def create_default_collator(task_spec: TaskSpec | None = None, **kwargs: Any) -> DefaultCollator:
-    """Factory for the registry: a :class:`DefaultCollator` (the spec carries nothing it uses)."""
+    """Factory for the registry: a :class:`DefaultCollator`; from a supervised spec, its ``target_field`` with
+    ``require_targets=True`` (training and validation batches must carry their targets)."""
+    if task_spec is not None and task_spec.is_supervised and task_spec.target_field is not None:
+        kwargs.setdefault("target_field", task_spec.target_field)
+        kwargs.setdefault("require_targets", True)
     return DefaultCollator(**kwargs)
 
 
@@ -80,30 +103,31 @@ MISSING: Any = object()
 """Marks a row without a label in the list given to :func:`collate_labels`."""
 
 
-def collate_labels(labels: Sequence[Any], *, key: str, num_classes: int | None = None) -> torch.Tensor:
+def collate_labels(labels: Sequence[Any], *, key: str, num_classes: int | None = None,
+                   rows: Any = None) -> torch.Tensor:
     """Stack one scalar label per row: ints (and bools) to an int64 ``[B]`` tensor, floats to float32 ``[B]``.
 
     Shared by the vision and audio collators. Python numbers, numpy scalars and one-element tensors/arrays
     are accepted; rows without a label are marked :data:`MISSING` (call this only when some row has one).
     With ``num_classes``, int labels must lie in ``[0, num_classes)`` or be -100 (ignored by cross-entropy):
-    one min/max per batch.
+    one min/max per batch. Float labels must be finite (one check per batch). ``rows``, the batch, names a row by
+    its split and index (:func:`collators.targets.row_name`).
 
     Raises:
-        ValueError: Some rows lack a label, a label holds more than one value, or lies outside the classes.
+        ValueError: Some rows lack a label, a label holds more than one value, is NaN or infinite, or lies outside
+            the classes.
         TypeError: A label is not a number.
     """
     out = _plain_labels(labels)
     if out is not None:
-        if num_classes is not None and out.dtype == torch.int64:
-            _check_classes(out, key, num_classes)
-        return out
+        return _checked_labels(out, key, num_classes, rows)
     values: list[int | float] = []
     for index, label in enumerate(labels):
         if label is MISSING:
             other = next(i for i, found in enumerate(labels) if found is not MISSING)
             raise ValueError(
-                f"row {index} has no {key!r} but row {other} has one; give every row a label, or none (prediction: "
-                f"the batch then has no {key!r}), or pass target_field=None to ignore labels"
+                f"{row_name(rows, index)} has no {key!r} but {row_name(rows, other)} has one; give every row a label, "
+                f"or none (prediction: the batch then has no {key!r}), or pass target_field=None to ignore labels"
             )
         if isinstance(label, (torch.Tensor, np.ndarray)):
             if (label.size if isinstance(label, np.ndarray) else label.numel()) != 1:
@@ -121,10 +145,24 @@ def collate_labels(labels: Sequence[Any], *, key: str, num_classes: int | None =
             )
         values.append(label)
     dtype = torch.int64 if all(isinstance(value, int) for value in values) else torch.float32
-    out = torch.tensor(values, dtype=dtype)
-    if num_classes is not None and dtype == torch.int64:
-        _check_classes(out, key, num_classes)
+    return _checked_labels(torch.tensor(values, dtype=dtype), key, num_classes, rows)
+
+
+def _checked_labels(out: torch.Tensor, key: str, num_classes: int | None, rows: Any) -> torch.Tensor:
+    if num_classes is not None and out.dtype == torch.int64:
+        _check_classes(out, key, num_classes, rows)
+    check_finite(out, key, rows)
     return out
+
+
+def check_targets_present(labels: Sequence[Any], rows: Any, key: str, require_targets: bool) -> None:
+    """Refuse a train or val batch (``rows.role``) some row of which lacks its label (:data:`MISSING` in
+    ``labels``) when ``require_targets`` (a supervised task), naming the first such row."""
+    if not needs_targets(rows, require_targets):
+        return
+    position = next((index for index, label in enumerate(labels) if label is MISSING), None)
+    if position is not None:
+        raise missing_target(row_name(rows, position), key, describe_missing(rows[position], key))
 
 
 def _plain_labels(labels: Sequence[Any]) -> torch.Tensor | None:
@@ -141,7 +179,7 @@ def _plain_labels(labels: Sequence[Any]) -> torch.Tensor | None:
     return torch.stack(list(labels)).to(torch.float32 if dtype.is_floating_point else torch.int64)
 
 
-def _check_classes(labels: torch.Tensor, key: str, num_classes: int, ignore: int = -100) -> None:
+def _check_classes(labels: torch.Tensor, key: str, num_classes: int, rows: Any = None, ignore: int = -100) -> None:
     low, high = (int(value) for value in torch.aminmax(labels))
     if low >= 0 and high < num_classes:
         return
@@ -150,8 +188,8 @@ def _check_classes(labels: torch.Tensor, key: str, num_classes: int, ignore: int
         return
     index = int(bad.nonzero()[0])
     raise ValueError(
-        f"row {index}: {key!r} should be a class index in [0, {num_classes}) (num_classes={num_classes}) or "
-        f"{ignore} (ignored), but got {key}={int(labels[index])}; map labels to 0..{num_classes - 1} in a dataset "
+        f"{row_name(rows, index)}: {key!r} should be a class index in [0, {num_classes}) (num_classes={num_classes}) "
+        f"or {ignore} (ignored), but got {key}={int(labels[index])}; map labels to 0..{num_classes - 1} in a dataset "
         f"transform, pass the right num_classes=... (TaskSpec.additional_config['num_classes']), or, for "
         f"prediction, drop the labels (-1 often marks a missing label)"
     )

@@ -17,7 +17,7 @@ import torch
 import torchvision.transforms.v2.functional as TF
 
 from collators._extra import add_extra_keys
-from collators.default import MISSING, collate_labels
+from collators.default import MISSING, check_targets_present, collate_labels
 from collators.images import (
     NORMALIZATION_PRESETS,
     RESIZE_FIX,
@@ -37,7 +37,8 @@ class VisionCollator:
     """Stack images into float32 ``[B, C, H, W]`` scaled to [0, 1] and normalized; labels to int64 ``[B]``.
 
     Rows are dicts holding the image under ``input_field`` (labels under ``target_field`` are optional, but all rows
-    or none must have them: rows without any, or with None, are a batch for prediction and give no labels),
+    or none must have them: rows without any, or with None, are a batch for prediction and give no labels, unless
+    ``require_targets`` and the batch serves the train or val split),
     ``(image, label)`` tuples, or bare images. An image is a CHW tensor (uint8 is scaled by 1/255; float must
     already be in [0, 1], up to a tolerance of 0.5 for resizing overshoot, or it raises), an HWC numpy array
     (uint8 or float), a 2-D HW grayscale tensor/array (becomes 1xHxW), or a PIL image. PIL modes: 'L' gives 1
@@ -59,10 +60,13 @@ class VisionCollator:
         keep_uint8: Return uint8 ``[B, C, H, W]`` unscaled and unnormalized (every image must be uint8); finish on
             the device with :meth:`normalize_on_device` or :func:`normalize_batch`.
         num_classes: Int labels must lie in ``[0, num_classes)`` (or be -100, ignored); None skips the check.
+        require_targets: A batch of the train or val split (the engine's batches say which, ``rows.role``) must
+            carry a label in every row; the registry's factory sets it for a supervised spec.
 
     Raises:
         ValueError: Unknown preset, bad mean/std, images of different shapes, a channel/stat mismatch, float
-            images far outside [0, 1] (0..255 floats, or normalized already), or labels outside the classes.
+            images far outside [0, 1] (0..255 floats, or normalized already), labels outside the classes, float
+            labels that are NaN or infinite, or a training or validation row without its label.
         TypeError: An image of an unsupported type or dtype.
 
     Example:
@@ -84,7 +88,11 @@ class VisionCollator:
         grayscale_to_rgb: bool = False,
         keep_uint8: bool = False,
         num_classes: int | None = None,
+        require_targets: bool = False,
     ) -> None:
+        if require_targets and target_field is None:
+            raise ValueError("require_targets=True needs the key of the label, but got target_field=None; pass "
+                             "target_field=... or require_targets=False")
         if (mean is None) != (std is None):
             raise ValueError(f"give mean and std together, but got mean={mean!r}, std={std!r}")
         if mean is not None and normalization is not None:
@@ -107,7 +115,7 @@ class VisionCollator:
             raise ValueError(f"mean and std should have one value per channel and std should be positive, but got "
                              f"mean={self.mean}, std={self.std}")
         self.normalize, self.normalization = bool(normalize), normalization
-        self.input_field, self.target_field = input_field, target_field
+        self.input_field, self.target_field, self.require_targets = input_field, target_field, bool(require_targets)
         self.grayscale_to_rgb, self.keep_uint8 = bool(grayscale_to_rgb), bool(keep_uint8)
         # torchvision's normalize makes these from the lists on every call: [C, 1, 1] float32, made once here
         self._mean_tensor = torch.tensor(self.mean, dtype=torch.float32).view(-1, 1, 1)
@@ -119,6 +127,7 @@ class VisionCollator:
         if len(rows) == 0:
             raise ValueError("VisionCollator got an empty list of rows; a batch needs at least one row")
         images, labels = self._images_and_labels(rows)
+        check_targets_present(labels, rows, str(self.target_field), self.require_targets)
         stacked = stack_plain(images)  # plain CHW tensors of one dtype and shape: one stack, nothing per image
         if stacked is None or (self.grayscale_to_rgb and stacked.shape[1] == 1) or (
                 self.keep_uint8 and stacked.dtype != torch.uint8):
@@ -129,7 +138,7 @@ class VisionCollator:
         batch = {self.input_field: stacked if self.keep_uint8 else self._scaled(stacked, floats)}
         if any(label is not MISSING for label in labels):
             batch[str(self.target_field)] = collate_labels(labels, key=str(self.target_field),
-                                                           num_classes=self.num_classes)
+                                                           num_classes=self.num_classes, rows=rows)
         return add_extra_keys(batch, rows, {self.input_field, str(self.target_field)})
 
     def _scaled(self, stacked: torch.Tensor, floats: list[int]) -> torch.Tensor:
@@ -243,7 +252,8 @@ class VisionCollator:
         return (
             f"VisionCollator(normalize={self.normalize}, {stats}mean={self.mean}, std={self.std}, "
             f"input_field={self.input_field!r}, target_field={self.target_field!r}, "
-            f"grayscale_to_rgb={self.grayscale_to_rgb}, keep_uint8={self.keep_uint8}, num_classes={self.num_classes})"
+            f"grayscale_to_rgb={self.grayscale_to_rgb}, keep_uint8={self.keep_uint8}, num_classes={self.num_classes}, "
+            f"require_targets={self.require_targets})"
         )
 
 
@@ -251,12 +261,13 @@ def create_vision_collator(task_spec: TaskSpec | None = None, **kwargs: Any) -> 
     """Factory for the registry: a :class:`VisionCollator` with defaults from ``task_spec``, overridden by kwargs.
 
     From the spec: ``input_fields[0]`` as ``input_field``, ``target_field``, ``num_classes`` (with a
-    cross-entropy loss), and ``preprocessing_config['normalization']`` unless ``mean``/``std`` or
-    ``normalization`` are passed.
+    cross-entropy loss), ``require_targets`` for a supervised task, and ``preprocessing_config['normalization']``
+    unless ``mean``/``std`` or ``normalization`` are passed.
     """
     if task_spec is not None:
         kwargs.setdefault("input_field", task_spec.input_fields[0])
         kwargs.setdefault("target_field", task_spec.target_field)
+        kwargs.setdefault("require_targets", task_spec.is_supervised and kwargs["target_field"] is not None)
         if task_spec.loss_type == "cross_entropy":
             kwargs.setdefault("num_classes", task_spec.num_classes)
         preset = task_spec.preprocessing_config.get("normalization")

@@ -20,6 +20,7 @@ SPEC_HOMES: dict[str, tuple[str, Callable[[TaskSpec], Any]]] = {
     "vocab_size": ("spec.vocab_size", lambda spec: spec.vocab_size),
     "num_classes": ("spec.num_classes", lambda spec: spec.num_classes),
     "target_field": ("spec.target_field", lambda spec: spec.target_field),
+    "require_targets": ("spec.is_supervised", lambda spec: spec.is_supervised and spec.target_field is not None),
     "input_field": ("spec.input_fields[0]", lambda spec: spec.input_fields[0] if spec.input_fields else None),
     "pad_token_id": ("spec.special_tokens['pad_token_id']", lambda spec: spec.special_tokens.get("pad_token_id")),
     "mask_token_id": ("spec.special_tokens['mask_token_id']", lambda spec: spec.special_tokens.get("mask_token_id")),

@@ -20,6 +20,7 @@ from engine.sources.long_rows import LongRows, apply_long_rows, check_rows_left,
 from engine.sources.preprocess import has_raw_text, prepare_source, prepare_stream
 from engine.sources.splits import SplitPlan, plan_splits, split_views
 from engine.sources.streams import EpochStream, check_stream_options, is_hf_stream, peek_rows, stream_fingerprint
+from engine.sources.targets import check_split_targets
 from engine.sources.token_cache import TokenCache, machine_first
 from engine.sources.transforms import RowTransform
 from task_spec import TaskSpec
@@ -78,6 +79,8 @@ def prepare_inputs(given: dict[str, MapSource], stream: Any, task_spec: Any, tok
         plan = plan_splits(len(sources["train"]), val_split=val_split, test_split=test_split, seed=seed)
         sources.update(split_views(sources["train"], plan, val=bool(val_split), test=bool(test_split)))
         fingerprint = data_fingerprint(given["train"])
+    for role, source in sources.items():  # before any batch: a missing or non-finite target in a column
+        check_split_targets(source, task_spec, role, transformed=(transforms or {}).get(role) is not None)
         if long_rows.policy != "truncate":  # other rows: a saved position must not be resumed on them
             fingerprint = hashlib.blake2b(f"{fingerprint}{long_rows}".encode(), digest_size=12).hexdigest()
     key = token_field(task_spec) if task_spec is not None else None

@@ -61,7 +61,7 @@ class ColumnarSource(MapSource):
                 return rows
             raise  # every row reads on its own: the column read itself failed
         return ColumnBatch(columns, len(positions), rng_seed=getattr(indices, "rng_seed", None), role=self.role,
-                           indices=positions)
+                           indices=self.dataset_indices(positions))
 
 
 class HFSource(ColumnarSource):

@@ -11,6 +11,21 @@ from typing import Any
 FILE_BUILDERS = {".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 """The suffixes a path may end in, and the ``datasets`` builder that reads each."""
 
+FOLDER_KINDS = {
+    "image": (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp"),
+    "audio": (".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a", ".aif", ".aiff"),
+    "csv": (".csv", ".tsv"),
+    "json": (".json", ".jsonl", ".ndjson"),
+    "parquet": (".parquet",),
+    "arrow": (".arrow",),
+}
+"""The kinds of data file a folder may hold, by suffix. ``datasets`` reads a folder with the builder of its most
+numerous kind and leaves the others out without a word, so a folder must hold one kind. Other files (notes such as
+README.md) are not data."""
+
+METADATA_FILES = ("metadata.csv", "metadata.jsonl", "metadata.parquet")
+"""Files that imagefolder and audiofolder read as the labels and columns of the images or audio beside them."""
+
 ACCEPTED_PATHS = (f"a path ending in {', '.join(FILE_BUILDERS)} or a folder of images or audio files "
                   f"(read by datasets' imagefolder/audiofolder)")
 
@@ -46,8 +61,9 @@ def load_paths(data: str | os.PathLike | Sequence[str | os.PathLike], what: str 
     Raises:
         FileNotFoundError: A path that does not exist.
         ValueError: A file with another suffix, files of different kinds in one list, a folder beside files, a
-            folder that holds no file datasets reads, or a folder that holds several splits (train/, test/, ...:
-            pass each split's folder as its own argument).
+            folder that holds no file datasets reads, a folder that holds several kinds of data file (images and
+            csv files, ...), or a folder that holds several splits (train/, test/, ...: pass each split's folder as
+            its own argument).
     """
     import datasets
 
@@ -118,9 +134,37 @@ def _refuse_empty(paths: list[Path], what: str, error: BaseException | None = No
                      f"rows, or leave {what} out") from error
 
 
+def check_one_kind(folder: Path, what: str) -> None:
+    """Refuse a folder whose data files are of several kinds (:data:`FOLDER_KINDS`), naming each kind with its count
+    and a file of it. Hidden files and folders, and folders named ``__*``, are skipped as ``datasets`` skips them;
+    imagefolder's metadata files (:data:`METADATA_FILES`) belong with the images."""
+    kinds = {suffix: kind for kind, suffixes in FOLDER_KINDS.items() for suffix in suffixes}
+    counts: dict[str, int] = {}
+    examples: dict[str, Path] = {}
+    for root, folders, files in os.walk(folder):
+        folders[:] = sorted(name for name in folders if not name.startswith((".", "__")))
+        for name in sorted(files):
+            kind = kinds.get(Path(name).suffix.lower())
+            if kind is None or name.startswith(".") or name in METADATA_FILES:
+                continue
+            counts[kind] = counts.get(kind, 0) + 1
+            examples.setdefault(kind, Path(root) / name)
+    if len(counts) < 2:
+        return
+    found = sorted(counts, key=lambda kind: -counts[kind])
+    listed = [f"{counts[kind]} {kind} files (e.g. '{examples[kind]}')" for kind in found]
+    raise ValueError(
+        f"{what} should be a folder of one kind of data file, but got the folder '{folder}' with "
+        f"{', '.join(listed[:-1])} and {listed[-1]}; datasets would read one kind and leave the others out. Give one "
+        f"kind: pass a sub-folder that holds only it, or move the other files out (csv, json and parquet files may "
+        f"also be passed as a list, e.g. sorted(Path('{folder}').glob('**/*.csv')))"
+    )
+
+
 def _load_folder(folder: Path, what: str) -> Any:
     import datasets
 
+    check_one_kind(folder, what)
     try:
         splits = datasets.load_dataset(str(folder))
     except FileNotFoundError as error:  # datasets' EmptyDatasetError, DataFilesNotFoundError: nothing it reads

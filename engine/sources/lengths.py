@@ -78,7 +78,7 @@ def _row_lengths(source: MapSource, key: str | None, chunk: int = 1024) -> np.nd
     for start in range(0, len(source), chunk):
         positions = list(range(start, min(start + chunk, len(source))))
         rows = source.__getitems__(positions)
-        for index, row in zip(getattr(rows, "indices", None) or positions, rows):  # the rows that were read
+        for index, row in zip(getattr(rows, "positions", None) or positions, rows):  # the rows that were read
             if key is not None:
                 if not hasattr(row, "keys") or key not in row:
                     found = sorted(row) if hasattr(row, "keys") else type(row).__name__

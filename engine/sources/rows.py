@@ -16,11 +16,14 @@ from engine.sources.transforms import RowTransform, TransformFailed
 
 class RowBatch(list):
     """The rows of one batch, plus the seed its random choices derive from (None outside the engine) and where
-    they came from (``role`` and ``indices``), so an error in collation can name them."""
+    they came from (``role``, and ``indices``: their indices in the data the user gave, not positions in a split),
+    so an error in collation can name them."""
 
     rng_seed: int | None = None
     role: str = "data"
     indices: list[int] | None = None
+    positions: list[int] | None = None
+    """The rows' positions in the source that read them (a split's view), which differ from ``indices`` in a split."""
     skipped: list[SkippedRow] | None = None
     """Rows left out because their read failed (``on_error='skip'`` or ``'warn'``); None when all read."""
 
@@ -50,7 +53,8 @@ class MapSource(Dataset):
             rows.skipped = skipped
         if self.transform is not None:
             rows, positions = self.transformed(rows, positions, getattr(indices, "epoch", None) or 0)
-        rows.rng_seed, rows.role, rows.indices = getattr(indices, "rng_seed", None), self.role, positions
+        rows.rng_seed, rows.role, rows.positions = getattr(indices, "rng_seed", None), self.role, positions
+        rows.indices = self.dataset_indices(positions)
         return rows
 
     def row_error(self, positions: list[int], error: Exception) -> Exception:
@@ -98,6 +102,11 @@ class MapSource(Dataset):
         """The index in the data the user gave of this source's ``position`` (a split is a view)."""
         positions = getattr(self, "positions", None)
         return int(positions[position]) if positions is not None else position
+
+    def dataset_indices(self, positions: list[int]) -> list[int]:
+        """:meth:`dataset_index` of each of ``positions``, in one step."""
+        base = getattr(self, "positions", None)
+        return list(positions) if base is None else np.asarray(base)[positions].tolist()
 
     def _fetch(self, positions: list[int]) -> list[Any]:
         raise NotImplementedError

@@ -155,6 +155,32 @@ class TestFolders:
             UniversalDataModule(tmp_path / "pets", task_spec=TaskSpec.vision_tiny())
 
 
+class TestFoldersOfSeveralKinds:
+    @pytest.mark.parametrize("csv_files", [2, 9])  # datasets would read the more numerous kind, dropping the other
+    def test_a_folder_of_images_and_csv_files_is_refused_naming_each_kind(self, tmp_path, csv_files):
+        write_images(tmp_path / "mixed")
+        for i in range(csv_files):
+            write_csv(tmp_path / "mixed" / f"rows{i}.csv", TEXTS, LABELS)
+        kinds = [f"{csv_files} csv files \\(e.g. '.*rows0.csv'\\)", r"6 image files \(e.g. '.*cat.0.png'\)"]
+        found = " and ".join(kinds if csv_files > 6 else kinds[::-1])
+        with pytest.raises(ValueError, match=rf"train_data should be a folder of one kind of data file, but got the "
+                                             rf"folder '.*mixed' with {found}; .*pass a sub-folder that holds "
+                                             rf"only it"):
+            UniversalDataModule(tmp_path / "mixed", task_spec=TaskSpec.vision_tiny())
+
+    def test_hidden_files_notes_and_imagefolder_metadata_are_not_a_second_kind(self, tmp_path):
+        write_images(tmp_path / "pets")
+        (tmp_path / "pets" / "README.md").write_text("cats and dogs\n")
+        (tmp_path / "pets" / ".cache").mkdir()
+        write_csv(tmp_path / "pets" / ".cache" / "old.csv", TEXTS, LABELS)
+        names = [f"{name}/{i}.png" for name in ("cat", "dog") for i in range(3)]
+        pd.DataFrame({"file_name": names, "kind": [0, 1] * 3}).to_csv(tmp_path / "pets" / "metadata.csv", index=False)
+        spec = TaskSpec.vision_tiny().replace(input_fields=("image",), target_field="kind",
+                                              additional_config={"num_classes": 2})
+        dm = UniversalDataModule(tmp_path / "pets", task_spec=spec, batch_size=6, shuffle=False)
+        assert next(iter(dm.train_dataloader()))["kind"].tolist() == [0, 1] * 3  # the images, labelled by metadata
+
+
 class TestRefusals:
     def test_a_missing_file_is_named(self, tmp_path):
         with pytest.raises(FileNotFoundError, match=r"no such file or folder: '.*missing.csv'; train_data should "
