@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -53,14 +54,28 @@ class SeededCollate:
                 seed = content_seed(self.content_seed_from, rows)
             return self.collate_fn(rows, generator=generator_from(seed) if seed is not None else None)
         except Exception as error:
-            indices = getattr(rows, "indices", None)
+            indices = getattr(rows, "indices", None)  # the user's rows (a window of long_rows='split': its row)
             if indices is None:
                 raise
-            raise named_error(error, f"collating the batch of rows {indices[:16]} of the {rows.role} data "
-                                     f"failed") from error
+            raise named_error(error, collate_failure(error, indices, rows.role)) from error
 
     def __repr__(self) -> str:
         return f"SeededCollate({self.collate_fn!r})"
+
+
+_BATCH_ROW = re.compile(r"\brow (\d+)\b")
+
+
+def collate_failure(error: Exception, indices: list[int], role: str) -> str:
+    """What failed, in the user's rows: the batch's rows by their index in the data given (not positions in a
+    split or a window), and the row a collator named by its place in the batch ("row 1: ...") by its own index."""
+    rows = list(dict.fromkeys(indices))  # windows of one row name it once
+    message = f"collating the batch of rows {rows[:16]}{' ...' if len(rows) > 16 else ''} of the {role} data failed"
+    named = _BATCH_ROW.search(str(error))
+    if named is not None and int(named.group(1)) < len(indices):
+        place = int(named.group(1))
+        message += f" at row {indices[place]} of the {role} data (the batch's row {place})"
+    return message
 
 
 def build_collator(
