@@ -21,6 +21,9 @@ class RowBatch(list):
     rng_seed: int | None = None
     role: str = "data"
     indices: list[int] | None = None
+    """The user's rows: each row's index in the data given (a window's: the row it was cut from)."""
+    positions: list[int] | None = None
+    """The rows' positions in the source that read them (rows left out by ``on_error`` are not among them)."""
     skipped: list[SkippedRow] | None = None
     """Rows left out because their read failed (``on_error='skip'`` or ``'warn'``); None when all read."""
 
@@ -52,6 +55,7 @@ class MapSource(Dataset):
             rows, positions = self.transformed(rows, positions, getattr(indices, "epoch", None) or 0)
         rows.rng_seed, rows.role = getattr(indices, "rng_seed", None), self.role
         rows.indices = self.user_indices(positions)  # the user's rows, named if the batch fails to collate
+        rows.positions = positions
         return rows
 
     def row_error(self, positions: list[int], error: Exception) -> Exception:
