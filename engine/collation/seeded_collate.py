@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable
 from typing import Any
 
-from collators import CollatorRegistry, Resolution
+import torch
+
+from collators import CollatorRegistry, Resolution, TextCollator
 from engine.core.rng import content_seed, generator_from
 from engine.sources.bad_rows import WithSkippedRows, named_error
+from engine.sources.rows import RowBatch
 from task_spec import TaskSpec
 
 
@@ -38,9 +42,12 @@ class SeededCollate:
         self.takes_generator = accepts_generator(collate_fn)
         self.reads_columns = callable(getattr(collate_fn, "collate_columns", None))
         self.content_seed_from = content_seed_from
+        self.pads_text = isinstance(collate_fn, TextCollator)
 
     def __call__(self, rows: list[Any]) -> Any:
         batch = self._collate(rows)
+        if self.pads_text and isinstance(rows, RowBatch):  # Arrow columns and tensor lists were checked at setup
+            refuse_empty_rows(batch, rows)
         skipped = getattr(rows, "skipped", None)  # rows left out by on_error='skip' or 'warn'
         return WithSkippedRows(batch, skipped) if skipped else batch
 
@@ -53,14 +60,43 @@ class SeededCollate:
                 seed = content_seed(self.content_seed_from, rows)
             return self.collate_fn(rows, generator=generator_from(seed) if seed is not None else None)
         except Exception as error:
-            indices = getattr(rows, "indices", None)
+            indices = getattr(rows, "indices", None)  # the user's rows (a window of long_rows='split': its row)
             if indices is None:
                 raise
-            raise named_error(error, f"collating the batch of rows {indices[:16]} of the {rows.role} data "
-                                     f"failed") from error
+            raise named_error(error, collate_failure(error, indices, rows.role)) from error
 
     def __repr__(self) -> str:
         return f"SeededCollate({self.collate_fn!r})"
+
+
+def refuse_empty_rows(batch: Any, rows: RowBatch) -> None:
+    """Refuse a padded text batch with a row of 0 tokens, naming the user's row: padded, it is all padding, and
+    attention over a fully masked row gives NaN. For rows whose lengths setup could not read (torch datasets)."""
+    mask = batch.get("attention_mask") if isinstance(batch, dict) else None
+    if not isinstance(mask, torch.Tensor) or mask.dim() != 2 or rows.indices is None:
+        return
+    present = mask.any(dim=1)
+    if bool(present.all()):
+        return
+    place = int((~present).nonzero()[0])
+    raise ValueError(f"'input_ids' should hold at least one token in every row, but row {rows.indices[place]} of "
+                     f"the {rows.role} data holds 0 tokens; padded, an empty row is all padding and gives NaN in "
+                     f"attention: filter empty rows out of the data")
+
+
+_BATCH_ROW = re.compile(r"\brow (\d+)\b")
+
+
+def collate_failure(error: Exception, indices: list[int], role: str) -> str:
+    """What failed, in the user's rows: the batch's rows by their index in the data given (not positions in a
+    split or a window), and the row a collator named by its place in the batch ("row 1: ...") by its own index."""
+    rows = list(dict.fromkeys(indices))  # windows of one row name it once
+    message = f"collating the batch of rows {rows[:16]}{' ...' if len(rows) > 16 else ''} of the {role} data failed"
+    named = _BATCH_ROW.search(str(error))
+    if named is not None and int(named.group(1)) < len(indices):
+        place = int(named.group(1))
+        message += f" at row {indices[place]} of the {role} data (the batch's row {place})"
+    return message
 
 
 def build_collator(

@@ -61,7 +61,7 @@ class ColumnarSource(MapSource):
                 return rows
             raise  # every row reads on its own: the column read itself failed
         return ColumnBatch(columns, len(positions), rng_seed=getattr(indices, "rng_seed", None), role=self.role,
-                           indices=self.dataset_indices(positions))
+                           indices=self.user_indices(positions))
 
 
 class HFSource(ColumnarSource):
@@ -105,6 +105,7 @@ class HFSource(ColumnarSource):
         source.hands_columns = self.hands_columns
         base = getattr(self, "positions", None)  # dataset indices of the view's rows, named in errors and seeds
         source.positions = base[positions] if base is not None else np.asarray(positions, dtype=np.int64)
+        source.origins = self.origins
         return source
 
     @property

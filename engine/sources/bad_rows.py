@@ -111,7 +111,7 @@ def read_skipping(source: Any, positions: list[int], error: Exception) -> tuple[
             row = source._fetch([position])[0]
         except Exception as single:  # the failing row, recorded with its own exception
             first = first or single
-            skipped.append(SkippedRow(source.dataset_index(position), source.role, type(single).__name__,
+            skipped.append(SkippedRow(source.user_index(position), source.role, type(single).__name__,
                                       str(single)))
             continue
         rows.append(row)
@@ -137,7 +137,8 @@ def transform_skipping(source: Any, rows: list[Any], positions: list[int],
             kept_rows.extend(source.transform([row], [index], epoch))
         except TransformFailed as failed:
             first = first or failed.error
-            skipped.append(SkippedRow(index, source.role, type(failed.error).__name__, str(failed.error)))
+            skipped.append(SkippedRow(source.user_index(position), source.role, type(failed.error).__name__,
+                                      str(failed.error)))
             continue
         kept.append(position)
     if not kept_rows:

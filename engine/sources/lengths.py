@@ -74,7 +74,9 @@ def _hf_lengths(dataset: Any, key: str | None) -> np.ndarray:
 def _row_lengths(source: MapSource, key: str | None, chunk: int = 1024) -> np.ndarray:
     if getattr(source, "transform", None) is not None:  # rows as stored: a transform augments, it sets no length
         source = source.for_role(source.role, None)
-    lengths = np.zeros(len(source), dtype=np.int64)  # a row that fails to read (on_error='skip') measures 0
+    # A row that fails to read (on_error='skip') measures 1: a sampler places it like a short row, and the batch
+    # that reads it leaves it out and records it (a length of 0 would be refused as an empty row by packing).
+    lengths = np.ones(len(source), dtype=np.int64)
     for start in range(0, len(source), chunk):
         positions = list(range(start, min(start + chunk, len(source))))
         rows = source.__getitems__(positions)

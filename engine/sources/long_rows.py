@@ -174,8 +174,11 @@ def apply_long_rows(source: MapSource, key: str | None, policy: LongRows, frame:
     if policy.policy == "drop":
         return source.view(rows), report
     if isinstance(source, TensorListSource):
-        return TokenWindows(source, rows, starts, ends), report
-    return HFSource(cut_columns(source.dataset, key, (rows, starts, ends), frame, whole)), report
+        cut: MapSource = TokenWindows(source, rows, starts, ends)
+    else:
+        cut = HFSource(cut_columns(source.dataset, key, (rows, starts, ends), frame, whole))
+    cut.origins = np.asarray(source.user_indices(rows), dtype=np.int64)  # errors name the user's row, not a window
+    return cut, report
 
 
 class TokenWindows(TensorListSource):

@@ -26,6 +26,11 @@ class _TokenizeBatch:
         self.max_target_length = max_target_length
 
     def __call__(self, batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        for column in (self.text_field, self.target_field):
+            if column is not None and None in batch[column]:  # a stream's rows; map-style data is checked up front
+                raise ValueError(f"{column!r} should be a string in every row of the stream, but got {column}=None "
+                                 f"in a row; the tokenizer needs text in each row: filter those rows out "
+                                 f"(stream.filter(lambda row: row[{column!r}] is not None)) or fill them")
         truncate = self.max_length is not None
         encoded = self.tokenizer(batch[self.text_field], truncation=truncate, max_length=self.max_length)
         out = {key: encoded[key] for key in ("input_ids", "attention_mask") if key in encoded}

@@ -22,8 +22,9 @@ class RowBatch(list):
     rng_seed: int | None = None
     role: str = "data"
     indices: list[int] | None = None
+    """The user's rows: each row's index in the data given (a window's: the row it was cut from)."""
     positions: list[int] | None = None
-    """The rows' positions in the source that read them (a split's view), which differ from ``indices`` in a split."""
+    """The rows' positions in the source that read them (rows left out by ``on_error`` are not among them)."""
     skipped: list[SkippedRow] | None = None
     """Rows left out because their read failed (``on_error='skip'`` or ``'warn'``); None when all read."""
 
@@ -53,8 +54,9 @@ class MapSource(Dataset):
             rows.skipped = skipped
         if self.transform is not None:
             rows, positions = self.transformed(rows, positions, getattr(indices, "epoch", None) or 0)
-        rows.rng_seed, rows.role, rows.positions = getattr(indices, "rng_seed", None), self.role, positions
-        rows.indices = self.dataset_indices(positions)
+        rows.rng_seed, rows.role = getattr(indices, "rng_seed", None), self.role
+        rows.indices = self.user_indices(positions)  # the user's rows, named if the batch fails to collate
+        rows.positions = positions
         return rows
 
     def row_error(self, positions: list[int], error: Exception) -> Exception:
@@ -63,9 +65,9 @@ class MapSource(Dataset):
             try:
                 self._fetch([position])
             except Exception as single:  # the failing row, with its own exception
-                return named_error(single, f"reading row {self.dataset_index(position)} of the {self.role} data "
+                return named_error(single, f"reading row {self.user_index(position)} of the {self.role} data "
                                            f"failed; {READ_FIX}")
-        return named_error(error, f"reading rows {positions[:8]} of the {self.role} data failed")
+        return named_error(error, f"reading rows {self.user_indices(positions[:8])} of the {self.role} data failed")
 
     def transformed(self, rows: RowBatch, positions: list[int], epoch: int) -> tuple[RowBatch, list[int]]:
         """``(rows, positions)`` after this split's transform, seeded by (seed, epoch, dataset index). A failing row
@@ -75,7 +77,9 @@ class MapSource(Dataset):
             out = RowBatch(self.transform(rows, [self.dataset_index(position) for position in positions], epoch))
         except TransformFailed as failed:
             if self.on_error == "raise":
-                raise named_error(failed.error, f"{self.transform.argument} failed on row {failed.index} of the "
+                seeds = [self.dataset_index(position) for position in positions]
+                row = self.user_index(positions[seeds.index(failed.index)]) if failed.index in seeds else failed.index
+                raise named_error(failed.error, f"{self.transform.argument} failed on row {row} of the "
                                                 f"{self.role} data; fix the transform or that row") from failed.error
             kept, kept_positions, skipped = transform_skipping(self, rows, positions, epoch)
             out, positions = RowBatch(kept), kept_positions
@@ -90,6 +94,11 @@ class MapSource(Dataset):
         source.role, source.transform = role, transform
         return source
 
+    origins: np.ndarray | None = None
+    """Rows cut by the long-row policy (windows of ``long_rows='split'``, rows cut by 'truncate'): the index in
+    the data the user gave of the row each of this source's underlying rows was cut from; None when each row is
+    the user's own."""
+
     first_index = 0
     """The first row that reads, which construction's checks of the rows' fields look at (see ``as_source``)."""
 
@@ -103,10 +112,17 @@ class MapSource(Dataset):
         positions = getattr(self, "positions", None)
         return int(positions[position]) if positions is not None else position
 
-    def dataset_indices(self, positions: list[int]) -> list[int]:
-        """:meth:`dataset_index` of each of ``positions``, in one step."""
+    def user_index(self, position: int) -> int:
+        """The user's row that this source's ``position`` is (or was cut from, for a window): what errors and
+        skipped-row records name. :meth:`dataset_index`, which seeds a row's transform, counts windows apart."""
+        index = self.dataset_index(position)
+        return int(self.origins[index]) if self.origins is not None else index
+
+    def user_indices(self, positions: Sequence[int]) -> list[int]:
+        """:meth:`user_index` of each of ``positions``, in one numpy gather (a batch's rows, named on error)."""
         base = getattr(self, "positions", None)
-        return list(positions) if base is None else np.asarray(base)[positions].tolist()
+        indices = base[np.asarray(positions, dtype=np.int64)] if base is not None else np.asarray(positions)
+        return (self.origins[indices] if self.origins is not None else indices).tolist()
 
     def _fetch(self, positions: list[int]) -> list[Any]:
         raise NotImplementedError

@@ -210,3 +210,25 @@ class TestEmptyTokenRows:
         dm = UniversalDataModule(data, task_spec=spec, batch_size=4, val_split=0.5, seed=3)
         with pytest.raises(ValueError, match=rf"but row 13 of the {split} data holds 0 tokens"):
             dm.setup()
+
+
+class EmptyRowAt9(torch.utils.data.Dataset):
+    """Token rows read one by one (lengths unknown at setup), row 9 empty."""
+
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, index):
+        return {"input_ids": torch.arange(5, 5 + (0 if index == 9 else 3 + index % 4))}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_empty_row_of_a_torch_dataset_is_refused_at_its_batch_by_its_dataset_index(workers):
+    dm = UniversalDataModule(EmptyRowAt9(), task_spec=TaskSpec.lm_tiny(), batch_size=4, val_split=4, seed=1,
+                             num_workers=workers)
+    dm.setup()
+    split = "train" if 9 in dm.split_plan.train else "val"
+    loader = dm.train_dataloader() if split == "train" else dm.val_dataloader()
+    with pytest.raises(ValueError, match=rf"'input_ids' should hold at least one token in every row, but row 9 of "
+                                         rf"the {split} data holds 0 tokens; .* filter empty rows"):
+        list(loader)

@@ -240,3 +240,13 @@ class TestCheckpointConfiguration:
             UniversalDataModule.load_from_checkpoint(path, train_data=tokens())
         multi = MultiDataModule.load_from_checkpoint(path, train_data={"lm": tokens(), "img": Images(16)})
         assert take(multi, 11) == take(module(), 11)  # the schedule it ran on: the module's seed, not 123
+
+
+def test_seed_none_draws_one_seed_recorded_for_the_schedule_the_state_and_the_checkpoint(monkeypatch):
+    import secrets
+
+    monkeypatch.setattr(secrets, "randbits", lambda bits: 4321)
+    dm = MultiDataModule({"a": tokens(), "b": tokens(12)}, task_spec=LM, batch_size=4, seed=None)
+    assert dm.seed == dm.hparams["seed"] == dm.multi_config.choice_rng_seed == 4321
+    again = MultiDataModule({"a": tokens(), "b": tokens(12)}, task_spec=LM, batch_size=4, seed=4321)
+    assert [name for name, _ in dm.train_dataloader()] == [name for name, _ in again.train_dataloader()]

@@ -295,11 +295,11 @@ def test_a_pinning_loader_pins_the_batch_and_keeps_its_records():
     assert pinned.batch == {"names": ["a"], "ids": "pinned"}
 
 
-def test_length_grouped_batching_measures_a_failing_row_as_empty_and_leaves_it_out():
+def test_length_grouped_batching_measures_a_failing_row_as_one_token_and_leaves_it_out():
     dm = module(Rows(), val_split=0, on_error="skip", batching="grouped")
     dm.setup()
     measured = lengths_of(dm.datasets["train"], "input_ids").tolist()
-    assert measured == [0 if index in BAD else 1 + index % 6 for index in range(20)]  # the others in their place
+    assert measured == [1 if index in BAD else 1 + index % 6 for index in range(20)]  # the others in their place
     for epoch in passes(dm, epochs=2)[0]:
         seen = [row[0] for batch in epoch for row in batch]
         assert sorted(seen) == [index for index in range(20) if index not in BAD]
@@ -373,3 +373,19 @@ class TestAnUnreadableRowAtConstruction:
     def test_on_error_skip_with_no_readable_row_names_the_rows_tried(self):
         with pytest.raises(OSError, match=r"reading rows 0 to 7 of train_data failed at construction"):
             UniversalDataModule(UnreadableFirstRow(broken=8), task_spec=TaskSpec.vision_tiny(), on_error="skip")
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_packing_skips_an_unreadable_row_like_the_other_batching_modes(workers):
+    """Under on_error='skip' an unreadable row is left out of its pack and recorded, not refused as an empty row."""
+    dm = module(Rows(), val_split=0, on_error="skip", batching="packed", max_tokens=24, num_workers=workers)
+    batches = list(dm.train_dataloader())
+    assert batches and sorted(row.index for row in dm.skipped) == sorted(BAD)
+    assert {row.split for row in dm.skipped} == {"train"}
+
+
+def test_a_split_view_is_measured_row_by_row_in_its_own_positions():
+    dm = module(Rows(), val_split=4, on_error="skip", batching="grouped")
+    dm.setup()
+    measured = lengths_of(dm.datasets["train"], "input_ids").tolist()
+    assert measured == [1 if index in BAD else 1 + index % 6 for index in dm.split_plan.train.tolist()]

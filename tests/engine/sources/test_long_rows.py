@@ -217,3 +217,34 @@ class TestDropEmptiesASplit:
                                  long_rows="drop", batch_size=2)
         with pytest.raises(ValueError, match=r"should leave rows in the val split, but it dropped all 3 of its rows"):
             dm.setup()
+
+
+class TestErrorsInWindowsNameTheUsersRow:
+    """A row cut into windows by long_rows='split' is named by its own index in errors, not by a window's place."""
+
+    SPEC = TaskSpec.lm_tiny().replace(special_tokens={"pad_token_id": 0},
+                                      additional_config={"vocab_size": 64, "max_seq_len": 10})
+
+    @staticmethod
+    def rows():
+        rows = [torch.arange(5, 9 + i % 5) for i in range(12)]
+        rows[7] = torch.full((30,), 7)
+        rows[7][25] = 99  # an id past the vocabulary, in row 7's third window
+        return rows
+
+    @pytest.mark.parametrize("workers", [0, 2])
+    @pytest.mark.parametrize("kind", ["tensors", "arrow"])
+    def test_a_bad_id_in_a_window_names_row_7(self, kind, workers):
+        rows = self.rows()
+        data = rows if kind == "tensors" else datasets.Dataset.from_dict({"input_ids": [r.tolist() for r in rows]})
+        dm = UniversalDataModule(data, task_spec=self.SPEC, batch_size=4, long_rows="split", shuffle=False,
+                                 num_workers=workers)
+        with pytest.raises(ValueError, match=r"collating the batch of rows \[7, 8, 9\] of the train data failed at "
+                                             r"row 7 of the train data \(the batch's row 1\)"):
+            list(dm.train_dataloader())
+
+    def test_each_window_maps_to_the_row_it_was_cut_from(self):
+        dm = UniversalDataModule(self.rows(), task_spec=self.SPEC, batch_size=4, long_rows="split", shuffle=False)
+        dm.setup()
+        source = dm.datasets["train"]
+        assert source.user_indices(list(range(len(source)))) == [0, 1, 2, 3, 4, 5, 6, 7, 7, 7, 8, 9, 10, 11]

@@ -47,8 +47,9 @@ def test_reading_and_collation_errors_name_the_rows(workers):
         assert isinstance(caught.value.__cause__, OSError)
     floats = UniversalDataModule(FloatRow(), task_spec=TaskSpec.lm_tiny(), batch_size=4, shuffle=False,
                                  num_workers=workers)
-    with pytest.raises(TypeError, match=r"collating the batch of rows \[4, 5, 6, 7\] of the train data failed "
-                                        r"\(TypeError: row 1: 'input_ids' should be a 1-D sequence of int"):
+    with pytest.raises(TypeError, match=r"collating the batch of rows \[4, 5, 6, 7\] of the train data failed at "
+                                        r"row 5 of the train data \(the batch's row 1\) \(TypeError: row 1: "
+                                        r"'input_ids' should be a 1-D sequence of int"):
         drain(floats)
 
 
@@ -60,3 +61,42 @@ def test_an_exception_that_needs_more_arguments_becomes_a_data_row_error():
 def test_the_happy_path_is_unchanged():
     dm = UniversalDataModule(FloatRow(), task_spec=TaskSpec.lm_tiny(), batch_size=4, shuffle=False)
     assert len(next(iter(dm.train_dataloader()))["input_ids"]) == 4
+
+
+class FloatRowAt13(torch.utils.data.Dataset):
+    def __len__(self):
+        return 20
+
+    def __getitem__(self, index):
+        return {"input_ids": torch.arange(5, 9) if index != 13 else torch.tensor([1.5, 2.5])}
+
+
+def rows_pattern(rows):
+    return r"\[" + ", ".join(map(str, rows)) + r"\]"
+
+
+class TestRowsAreTheUsersOwn:
+    """A batch that fails to collate is named by the rows' indices in the data the user gave, not by positions in
+    a split or places in the batch, with the row the collator named among them."""
+
+    @pytest.mark.parametrize("workers", [0, 2])
+    def test_a_val_split_batch_names_dataset_indices(self, workers):
+        dm = UniversalDataModule(FloatRowAt13(), task_spec=TaskSpec.lm_tiny(), batch_size=3, val_split=8, seed=4,
+                                 num_workers=workers)
+        dm.setup()
+        assert 13 in dm.split_plan.val
+        batches = [list(dm.split_plan.val[start:start + 3]) for start in range(0, 8, 3)]
+        batch = next(rows for rows in batches if 13 in rows)
+        with pytest.raises(TypeError, match=rf"collating the batch of rows {rows_pattern(batch)} of the val data "
+                                            rf"failed at row 13 of the val data \(the batch's row "
+                                            rf"{batch.index(13)}\)"):
+            list(dm.val_dataloader())
+
+    @pytest.mark.parametrize("workers", [0, 2])
+    def test_a_shuffled_train_split_names_the_row_not_its_place(self, workers):
+        dm = UniversalDataModule(FloatRowAt13(), task_spec=TaskSpec.lm_tiny(), batch_size=4, val_split=4, seed=2,
+                                 num_workers=workers)
+        dm.setup()
+        assert 13 in dm.split_plan.train
+        with pytest.raises(TypeError, match=r"of the train data failed at row 13 of the train data"):
+            list(dm.train_dataloader())

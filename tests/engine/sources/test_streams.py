@@ -95,3 +95,13 @@ class TestRefusals:
     def test_split_sizes_report_an_unknown_length(self):
         assert module().split_sizes["train"] is None
         assert torch.is_tensor(next(iter(module().train_dataloader()))["input_ids"])
+
+
+def test_a_none_text_cell_in_a_stream_names_the_column_and_the_fix():
+    from demo.sample_data import build_tokenizer
+
+    text = datasets.Dataset.from_dict({"text": ["a b", "c d", None, "e f"]}).to_iterable_dataset()
+    dm = UniversalDataModule(text, task_spec=TaskSpec.lm_tiny(), tokenizer=build_tokenizer(), batch_size=2)
+    with pytest.raises(ValueError, match=r"'text' should be a string in every row of the stream, but got text=None "
+                                         r"in a row; .* filter those rows out"):
+        list(dm.train_dataloader())
