@@ -159,7 +159,7 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         """Tokenize raw text and compute the splits, once; later calls (any stage) do nothing. Thread-safe: calls
         from several threads at once set up once, the others wait for it."""
-        with self._lock:  # uncontended, it costs a fraction of a microsecond
+        with self._lock:  # every call: cheap uncontended, and no caller sees a half-done setup
             if not self.datasets and self._given:
                 self._setup()
 
