@@ -22,6 +22,23 @@ def check_int(name: str, value: Any, *, minimum: int | None = None, hint: str = 
     return int(value)
 
 
+SAVED_INT_LIMIT = 2**63
+"""Numbers in a saved state are below this (torch's int64): anything larger was not written by the engine."""
+
+
+def check_saved_int(owner: str, key: str, value: Any, *, low: int = 0) -> int:
+    """``value``, the number under ``key`` of a saved state of ``owner`` (e.g. "sampler state"), as an int in
+    ``[low, 2**63)``; a TypeError or ValueError naming the key, the value and the range otherwise, so a crafted or
+    corrupted state is refused before any of it sizes an allocation or a loop."""
+    allowed = f"{_describe(low)} (below 2**63)"
+    fix = "; the state was not saved by this engine, or was changed since: resume from the checkpoint as written"
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{owner}'s {key} should be {allowed}, but got {key}={value!r} ({type(value).__name__}){fix}")
+    if not low <= value < SAVED_INT_LIMIT:
+        raise ValueError(f"{owner}'s {key} should be {allowed}, but got {key}={value!r}{fix}")
+    return int(value)
+
+
 def check_rank(rank: Any, num_replicas: Any) -> tuple[int, int]:
     """``(rank, num_replicas)`` as ints, with ``0 <= rank < num_replicas``."""
     num_replicas = check_int("num_replicas", num_replicas, minimum=1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -147,15 +148,29 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
         self.truncation: dict[str, int] | None = None  # rows and tokens that max_length cuts, after setup
         self.long_rows_report: dict[str, dict[str, Any]] = {}  # per split: what long_rows did, after setup
         self._factory, self._position, self._fingerprint = DataLoaderFactory(), TrainPosition(), None
+        self._lock = threading.RLock()  # setup and the first train loader run once, whichever threads ask
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.pop("_lock", None)  # a lock does not pickle; the copy gets its own
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
 
     def prepare_data(self) -> None:
         """Tokenize raw text into the on-disk cache; Lightning runs this once per machine (local rank 0)."""
         prepare_tokens(self._given, self.task_spec, self.tokenizer, self.token_cache)
 
     def setup(self, stage: str | None = None) -> None:
-        """Tokenize raw text and compute the splits, once; later calls (any stage) do nothing."""
-        if self.datasets or not self._given:
-            return
+        """Tokenize raw text and compute the splits, once; later calls (any stage) do nothing. Thread-safe: calls
+        from several threads at once set up once, the others wait for it."""
+        with self._lock:  # every call: cheap uncontended, and no caller sees a half-done setup
+            if not self.datasets and self._given:
+                self._setup()
+
+    def _setup(self) -> None:
         check_trainer_keeps_our_samplers(self.trainer)
         self.rank, self.world_size = resolve_world(self.trainer)
         sources, self._fingerprint, self.split_plan, self.long_rows_report = prepare_inputs(
@@ -193,13 +208,15 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
                 if role in self.datasets else 0 for role in ("train", "val", "test", "predict")}
 
     def train_dataloader(self) -> StatefulDataLoader:
-        """The training loader; the same object on every call, so its sampler carries the epoch forward."""
-        if self._position.loader is None:
-            self.setup()
-            if "train" not in self.datasets:
-                raise ValueError("there is no train data: pass train_data=... to UniversalDataModule")
-            self._position.attach(self.skipped.attach(self._new_train_loader()))
-        return self._position.loader
+        """The training loader; the same object on every call (from any thread: the first calls build one loader
+        together), so its sampler carries the epoch forward and the module's state tracks it."""
+        with self._lock:  # the loader is handed out only once attached, with any loaded state
+            if self._position.loader is None:
+                self.setup()
+                if "train" not in self.datasets:
+                    raise ValueError("there is no train data: pass train_data=... to UniversalDataModule")
+                self._position.attach(self.skipped.attach(self._new_train_loader()))
+            return self._position.loader
 
     def _new_train_loader(self) -> StatefulDataLoader:
         return self._factory.train_dataloader(

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.core.checks import check_saved_int
 from engine.core.compat import iterator_finished, sampler_state_of, single_process_state
 from engine.core.rng import hash_into
 from engine.sources.adapt import HFSource, MapSource, TorchSource
@@ -145,11 +146,9 @@ def check_global_batch(saved: Mapping[str, Any], current: Mapping[str, Any], key
     ``batch_size`` is not a batch of a token budget, so with ``batching='token_budget'`` only ``max_tokens`` counts."""
     if (key == BATCH_SIZE) == (current.get(BATCHING) == "token_budget"):
         return
-    ranks, saved_ranks = current.get(WORLD_SIZE), saved.get(WORLD_SIZE)
-    per_rank, saved_per_rank = current.get(key), saved.get(key)
-    if not all(isinstance(v, int) for v in (ranks, saved_ranks, per_rank, saved_per_rank)):
-        raise ValueError(f"the checkpoint's data state does not say its {key} and world_size as integers (got "
-                         f"{saved_per_rank!r} and {saved_ranks!r}); it cannot be resumed on another number of ranks")
+    ranks, per_rank = current.get(WORLD_SIZE), current.get(key)
+    saved_ranks = check_saved_int("the checkpoint's data state", WORLD_SIZE, saved.get(WORLD_SIZE), low=1)
+    saved_per_rank = check_saved_int("the checkpoint's data state", key, saved.get(key), low=1)
     total = saved_per_rank * saved_ranks
     if per_rank * ranks == total:
         return

@@ -9,13 +9,14 @@ it and the rest of a checkpoint.
 
 from __future__ import annotations
 
+import numbers
 import weakref
 from collections.abc import Iterator
 from typing import Any
 
 from torch.utils.data import Sampler
 
-from engine.core.checks import check_int
+from engine.core.checks import check_int, check_saved_int
 from engine.core.rng import batch_seed
 from engine.sampling import elastic
 from engine.sampling.epochs import set_epoch as set_loader_epoch
@@ -149,12 +150,16 @@ class EpochBatchSampler(Sampler[list[int]]):
 
     def check_state(self, state: Any) -> PassState:
         """The saved position of ``state`` on this sampler's ranks, after checking its keys, types and ranges. A
-        state from another number of ranks becomes the rest of its epoch."""
+        state from another number of ranks becomes the rest of its epoch. Every number is checked before it is
+        used (:func:`~engine.core.checks.check_saved_int`), so a crafted state is refused, never sizes memory."""
         if not isinstance(state, dict):
             raise TypeError(f"sampler state should be a dict from state_dict(), but got {type(state).__name__}")
         missing = {"seed", "epoch", "position"} - set(state)
         if missing:
             raise KeyError(f"sampler state is missing {sorted(missing)}; got keys {sorted(state)}")
+        if isinstance(state["seed"], bool) or not isinstance(state["seed"], numbers.Integral):
+            raise TypeError(f"sampler state's seed should be an integer, but got seed={state['seed']!r} "
+                            f"({type(state['seed']).__name__}); the state was not saved by this engine")
         if state["seed"] != self.seed:
             raise ValueError(
                 f"sampler state was saved with seed={state['seed']}, but this sampler has seed={self.seed}; "
@@ -162,11 +167,13 @@ class EpochBatchSampler(Sampler[list[int]]):
             )
         saved = PassState.from_state(state)
         replicas = getattr(self, "num_replicas", 1)
-        saved_replicas = check_int("sampler state's num_replicas", state.get("num_replicas", replicas), minimum=1)
+        saved_replicas = check_saved_int("sampler state", "num_replicas", state.get("num_replicas", replicas), low=1)
         segments: tuple[elastic.Segment, ...] = ()
         if self.is_elastic and "global_batch" in state:
-            elastic.check_global_batch(self, saved_replicas, state["global_batch"])
-            segments = elastic.check_segments(state.get("served", ()), state["global_batch"])
+            saved_global = check_saved_int("sampler state", "global_batch", state["global_batch"], low=1)
+            elastic.check_ranks(saved_replicas, saved_global)
+            elastic.check_global_batch(self, saved_replicas, saved_global)
+            segments = elastic.check_segments(state.get("served", ()), saved_global)
         elif saved_replicas != replicas:
             raise ValueError(f"sampler state was saved on {saved_replicas} ranks, but this {type(self).__name__} has "
                              f"num_replicas={replicas} and cannot resume on another number of ranks; resume with "

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from engine.core.checks import check_int
+from engine.core.checks import check_saved_int
 
 Segment = tuple[int, int]
 """A part of an epoch served on an earlier topology: (number of ranks, batches each rank had yielded)."""
@@ -48,7 +48,7 @@ def global_batch(sampler: ElasticSampler) -> int:
 def check_global_batch(sampler: ElasticSampler, saved_replicas: int, saved_global: Any) -> None:
     """Refuse a state whose global batch differs from this sampler's: the rest of its epoch would be cut into
     other steps. Names the per-rank value to pass, or says that the global batch does not divide."""
-    saved_global = check_int("sampler state's global_batch", saved_global, minimum=1)
+    saved_global = check_saved_int("sampler state", "global_batch", saved_global, low=1)
     mine, name = global_batch(sampler), sampler.per_rank_option
     if saved_global == mine:
         return
@@ -64,13 +64,22 @@ def check_global_batch(sampler: ElasticSampler, saved_replicas: int, saved_globa
     )
 
 
+def check_ranks(saved_replicas: int, saved_global: int) -> None:
+    """Refuse a number of ranks that does not divide the global batch: each rank's share of a step would be cut
+    short (or be empty, with more ranks than the step has rows or tokens)."""
+    if saved_global % saved_replicas:
+        raise ValueError(f"sampler state's num_replicas should divide its global_batch={saved_global} (every rank "
+                         f"serves a whole share of each step), but got num_replicas={saved_replicas}; the state was "
+                         f"not saved by this engine, or was changed since")
+
+
 def check_segments(value: Any, saved_global: int) -> tuple[Segment, ...]:
     """The ``served`` segments of a saved state, as a tuple of (num_replicas, position) pairs."""
     if not isinstance(value, Sequence) or not all(isinstance(s, Sequence) and len(s) == 2 for s in value):
         raise TypeError(f"sampler state's served should be a list of [num_replicas, position] pairs, but got "
                         f"served={value!r:.80}")
-    segments = tuple((check_int("served num_replicas", w, minimum=1), check_int("served position", p, minimum=1))
-                     for w, p in value)
+    segments = tuple((check_saved_int("sampler state", "served num_replicas", w, low=1),
+                      check_saved_int("sampler state", "served position", p, low=1)) for w, p in value)
     for replicas, _ in segments:
         if saved_global % replicas:
             raise ValueError(f"sampler state's served segment on {replicas} ranks does not divide its global batch "
@@ -82,8 +91,13 @@ def remaining_order(sampler: ElasticSampler, epoch: int, segments: tuple[Segment
     """The epoch's order without the rows the ``segments`` served, in the epoch's order."""
     order, total = sampler.epoch_order(epoch), global_batch(sampler)
     for replicas, position in segments:
-        served = [batches[:position] for batches in
-                  (sampler.batches_of(order, epoch, replicas, rank, total // replicas) for rank in range(replicas))]
+        per_rank = [sampler.batches_of(order, epoch, replicas, rank, total // replicas) for rank in range(replicas)]
+        had = max(len(batches) for batches in per_rank)
+        if position > had:
+            raise ValueError(f"sampler state's served position should be at most the {had} batches each of {replicas} "
+                             f"ranks had in epoch {epoch}, but got served position={position}; the state was saved "
+                             f"from other data or options, or was changed since")
+        served = [batches[:position] for batches in per_rank]
         rows = np.fromiter((row for batches in served for batch in batches for row in batch), dtype=np.int64)
         order = order[~np.isin(order, rows)]
     return order

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from engine.core.checks import check_int
+from engine.core.checks import check_saved_int
 from engine.sampling.elastic import Segment
 
 
@@ -138,8 +138,8 @@ class PassState:
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> PassState:
-        """The value :meth:`as_state` saved, its keys checked (``epoch_offset`` is 0 when absent)."""
-        epoch = check_int("sampler state's epoch", state["epoch"], minimum=0)
-        position = check_int("sampler state's position", state["position"], minimum=0)
-        return cls.at(epoch, position, check_int("sampler state's epoch_offset", state.get("epoch_offset", 0),
-                                                 minimum=0))
+        """The value :meth:`as_state` saved, its numbers checked (``epoch_offset`` is 0 when absent); the position
+        is checked against the epoch's batches by the sampler."""
+        epoch = check_saved_int("sampler state", "epoch", state["epoch"])
+        position = check_saved_int("sampler state", "position", state["position"])
+        return cls.at(epoch, position, check_saved_int("sampler state", "epoch_offset", state.get("epoch_offset", 0)))

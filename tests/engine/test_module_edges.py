@@ -4,6 +4,9 @@ import copy
 import logging
 import pickle
 import re
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import datasets
 import numpy as np
@@ -13,6 +16,8 @@ import torch
 from collators import CollatorRegistry
 from demo.sample_data import build_tokenizer
 from engine import DataLoaderConfig, UniversalDataModule
+from engine.datamodule import universal
+from engine.loading.factory import DataLoaderFactory
 from task_spec import TaskSpec
 
 ROWS = [torch.randint(5, 100, (n,)) for n in range(5, 25)]
@@ -72,6 +77,44 @@ class TestIntegers:
     def test_bad_integers_are_refused_in_torchs_form(self, options, error, message):
         with pytest.raises(error, match=message):
             UniversalDataModule(ROWS, task_spec=TaskSpec.lm_tiny(), **options)
+
+
+class TestThreads:
+    def test_setup_and_the_first_train_dataloader_from_eight_threads_set_up_once_and_build_one_loader(
+            self, monkeypatch):
+        calls = {"setup": 0, "loader": 0}
+        prepare, build = universal.prepare_inputs, DataLoaderFactory.train_dataloader
+
+        def counted(name, function):
+            def slow(*args, **kwargs):
+                calls[name] += 1
+                time.sleep(0.05)  # the window in which a check-then-act race would let another thread in
+                return function(*args, **kwargs)
+            return slow
+
+        monkeypatch.setattr(universal, "prepare_inputs", counted("setup", prepare))
+        monkeypatch.setattr(DataLoaderFactory, "train_dataloader", counted("loader", build))
+        dm = UniversalDataModule(ROWS, task_spec=TaskSpec.lm_tiny(), batch_size=4)
+        barrier = threading.Barrier(8)
+
+        def first_loader(thread):
+            barrier.wait()
+            if thread % 2:
+                dm.setup("fit")
+            return dm.train_dataloader()
+
+        with ThreadPoolExecutor(8) as pool:
+            loaders = list(pool.map(first_loader, range(8)))
+        assert calls == {"setup": 1, "loader": 1}
+        assert all(loader is loaders[0] for loader in loaders) and dm.train_dataloader() is loaders[0]
+        next(iter(loaders[0]))
+        assert dm.state_dict()["train_loader"] == loaders[0].state_dict()  # the module tracks the loader handed out
+
+    def test_the_module_still_pickles(self):
+        dm = UniversalDataModule(ROWS, task_spec=TaskSpec.lm_tiny(), batch_size=4)
+        restored = pickle.loads(pickle.dumps(dm))
+        assert torch.equal(next(iter(restored.train_dataloader()))["input_ids"],
+                           next(iter(dm.train_dataloader()))["input_ids"])
 
 
 class TestPickling:

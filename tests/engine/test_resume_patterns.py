@@ -143,7 +143,7 @@ class TestLoadedStateIsChecked:
             module().load_state_dict(state)
 
     @pytest.mark.parametrize(("position", "error", "message"), [
-        (-1, ValueError, "position should be a non-negative integer, but got"),
+        (-1, ValueError, r"position should be a non-negative integer \(below 2\*\*63\), but got position=-1"),
         (99, ValueError, "position should be at most the 5 batches of epoch 0, but got position=99"),
         ("2", TypeError, "position should be a non-negative integer"),
     ])
