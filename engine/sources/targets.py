@@ -58,10 +58,11 @@ def _first_bad_arrow(source: HFSource, key: str) -> tuple[int, float | None] | N
 
     if key not in source.column_names:
         return None
+    whole = source.dataset.data.column(key)  # the table behind every split: no null there, none in this one
+    floating = pa.types.is_floating(whole.type)
+    if not whole.null_count and not floating:
+        return None  # nothing to read: a list column of token ids is never gathered here
     column = source.dataset.select_columns([key]).with_format("arrow")[:].column(key)  # the split's rows, in order
-    floating = pa.types.is_floating(column.type)
-    if not column.null_count and not floating:
-        return None
     bad = column.is_null()
     if floating:
         bad = pc.or_(bad, pc.fill_null(pc.invert(pc.is_finite(column)), False))
