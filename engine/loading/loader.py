@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import signal
 import time
+import weakref
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -133,10 +134,14 @@ class TorchdataIterators:
 
     def __init__(self) -> None:
         self._parked: dict[str, Any] | None = None
-        self.loader: Any = None
+        self._loader: Any = None
 
     def attach(self, loader: ResumableLoader) -> None:
-        self.loader = loader
+        self._loader = weakref.ref(loader)  # no cycle: the loader and its workers go as soon as the caller drops it
+
+    @property
+    def loader(self) -> Any:
+        return self._loader()
 
     def start_pass(self) -> Iterator[Any]:
         loader = self.loader

@@ -15,6 +15,7 @@ taken just after it was drawn.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -86,14 +87,18 @@ class Threads:
         self._sampler_lock = threading.Lock()
         self._pass_id = 0
         self._pending: dict[str, Any] | None = None  # a loaded or parked state, applied at the next start_pass
-        self.loader: Any = None
+        self._loader: Any = None
 
     def attach(self, loader: Any) -> None:
         if not isinstance(loader.batch_sampler, EpochBatchSampler):
             raise TypeError(f"Threads loads through one of the engine's resumable batch samplers, but the loader's "
                             f"is a {type(loader.batch_sampler).__name__}; use num_threads=0")
-        self.loader = loader
+        self._loader = weakref.ref(loader)  # no cycle: the loader goes as soon as the caller drops it
         self._delivered = single_process_state(loader.batch_sampler.state_dict(), 0, False)
+
+    @property
+    def loader(self) -> Any:
+        return self._loader()
 
     def start_pass(self) -> _ThreadPass:
         loader = self.loader
