@@ -78,7 +78,7 @@ class TestNumbersOutOfRange:
 
     @pytest.mark.parametrize("workers", [0, 2])
     def test_the_loader_and_the_module_refuse_it_when_it_is_loaded(self, workers):
-        dm = UniversalDataModule([torch.arange(3, 3 + n % 7) for n in range(ROWS)], task_spec=TaskSpec.lm_tiny(),
+        dm = UniversalDataModule([torch.arange(3, 4 + n % 7) for n in range(ROWS)], task_spec=TaskSpec.lm_tiny(),
                                  batch_size=4, num_workers=workers)
         loader = dm.train_dataloader()
         next(iter(loader))
@@ -92,7 +92,7 @@ class TestNumbersOutOfRange:
 
 
 def test_the_modules_own_numbers_are_checked_too():
-    dm = UniversalDataModule([torch.arange(3, 3 + n % 7) for n in range(ROWS)], task_spec=TaskSpec.lm_tiny(),
+    dm = UniversalDataModule([torch.arange(3, 4 + n % 7) for n in range(ROWS)], task_spec=TaskSpec.lm_tiny(),
                              batch_size=4)
     state = {**dm.state_dict(), "world_size": -1, "batch_size": -4}  # the same product as 1 x 4
     with pytest.raises(ValueError, match=r"the checkpoint's data state's world_size should be a positive integer "
