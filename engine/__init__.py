@@ -15,6 +15,7 @@ from engine.sampling.length import LengthGroupedBatchSampler, TokenBudgetBatchSa
 from engine.sampling.packed import PackedBatchSampler
 from engine.sampling.seeded import SeededBatchSampler
 from engine.sources.bad_rows import SkippedRow, SkipReport
+from engine.sources.shard_listing import Shards
 from engine.sources.splits import SplitPlan, plan_splits
 from engine.tools.device import DeviceNormalize, normalize_on_device
 from engine.tools.monitor import DataMonitor, DataMonitorCallback
@@ -46,6 +47,7 @@ __all__ = [
     "SamplingStrategy",
     "SeededBatchSampler",
     "ShardedEvalBatchSampler",
+    "Shards",
     "SkipReport",
     "SkippedRow",
     "SkippedRowsCallback",

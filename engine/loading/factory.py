@@ -22,12 +22,14 @@ from engine.loading.config import DataLoaderConfig
 from engine.loading.loader import ResumableLoader
 from engine.loading.pipeline import Threads
 from engine.sampling.base import EpochBatchSampler, EpochHandle
+from engine.sampling.blocks import BlockOrder
 from engine.sampling.eval import ShardedEvalBatchSampler
 from engine.sampling.length import LengthGroupedBatchSampler, TokenBudgetBatchSampler
 from engine.sampling.packed import PackedBatchSampler
 from engine.sampling.seeded import SeededBatchSampler
 from engine.sources.adapt import ColumnarSource, as_source
 from engine.sources.lengths import lengths_of
+from engine.sources.sharded import ShardedSource
 
 
 class DataLoaderFactory:
@@ -142,7 +144,7 @@ def batch_sampler_for(source: Any, *, batching: str, batch_size: int, seed: int,
 
     ``max_length`` (packed only) is the collator's truncation, so rows are packed at the length they will have.
     """
-    ranks = {"num_replicas": num_replicas, "rank": rank, "uneven": uneven}
+    ranks = {"num_replicas": num_replicas, "rank": rank, "uneven": uneven, "order": block_order(source)}
     if batching == "plain":
         return SeededBatchSampler(len(source), batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last, **ranks)
     lengths = lengths_of(source, key)
@@ -151,6 +153,14 @@ def batch_sampler_for(source: Any, *, batching: str, batch_size: int, seed: int,
     if batching == "packed":
         return PackedBatchSampler(lengths, int(max_tokens), seed=seed, max_length=max_length, **ranks)
     return TokenBudgetBatchSampler(lengths, int(max_tokens), seed=seed, **ranks)
+
+
+def block_order(source: Any) -> BlockOrder | None:
+    """Sharded data's epoch order (row groups in a seeded order, rows shuffled within a window), which keeps a
+    batch's reads within a few row groups; None for other data, shuffled with a full permutation."""
+    if not isinstance(source, ShardedSource):
+        return None
+    return BlockOrder(source.row_groups(), source.listing.shards.shuffle_window)
 
 
 def _map_loader(source: Any, sampler: Sampler[list[int]], config: DataLoaderConfig, common: dict[str, Any]

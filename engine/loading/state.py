@@ -21,6 +21,7 @@ from engine.core.checks import check_saved_int
 from engine.core.compat import iterator_finished, sampler_state_of, single_process_state
 from engine.core.rng import hash_into
 from engine.sources.adapt import HFSource, MapSource, TorchSource
+from engine.sources.sharded import ShardedSource
 from engine.sources.streams import EpochStream
 
 STATE_VERSION = 4
@@ -75,6 +76,8 @@ def data_fingerprint(source: MapSource) -> str:
     digest.update(count.to_bytes(8, "little"))
     if isinstance(source, HFSource):
         digest.update(str(getattr(source.dataset, "_fingerprint", "")).encode())
+    elif isinstance(source, ShardedSource):  # the files, their versions (ETags) and row groups: no row is read
+        digest.update(source.fingerprint().encode())
     elif isinstance(source, TorchSource):
         dataset = source.dataset
         digest.update(f"{type(dataset).__module__}.{type(dataset).__qualname__}".encode())

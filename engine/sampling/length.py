@@ -19,6 +19,7 @@ import torch
 from engine.core.checks import check_choice, check_int, check_rank
 from engine.core.rng import derive_seed
 from engine.sampling.base import EpochBatchSampler
+from engine.sampling.blocks import BlockOrder
 from engine.sampling.ranks import UNEVEN_POLICIES, deal_to_ranks, equalize_batch_counts
 
 OVERSIZED_POLICIES = ("error", "alone")
@@ -37,16 +38,21 @@ class _LengthAware(EpochBatchSampler):
     """Shared parts: the epoch's permutation, mega-batch sorting, batch shuffling and a data fingerprint."""
 
     def __init__(self, lengths: Any, *, seed: int, mega_batch_factor: int, num_replicas: int, rank: int,
-                 uneven: str) -> None:
+                 uneven: str, order: BlockOrder | None = None) -> None:
         mega_batch_factor = check_int("mega_batch_factor", mega_batch_factor, minimum=1)
         rank, num_replicas = check_rank(rank, num_replicas)
         check_choice("uneven", uneven, UNEVEN_POLICIES)
         super().__init__(seed=seed)
         self.lengths, self.mega_batch_factor = _as_lengths(lengths), mega_batch_factor
         self.num_replicas, self.rank, self.uneven = num_replicas, rank, uneven
+        self.order = order
+        """Sharded data: the block order that keeps reads local (:mod:`engine.sampling.blocks`); None: a full
+        permutation."""
 
     def epoch_order(self, epoch: int) -> np.ndarray:
         """Every row of ``epoch`` in the seeded order the ranks share them (before grouping by length)."""
+        if self.order is not None:
+            return self.order.permutation(derive_seed(self.seed, "blocks", epoch))
         return np.random.default_rng(derive_seed(self.seed, "length-aware", epoch)).permutation(len(self.lengths))
 
     def epoch_batches(self, epoch: int) -> list[list[int]]:
@@ -61,8 +67,14 @@ class _LengthAware(EpochBatchSampler):
         return chunks
 
     def _shuffled(self, batches: list[list[int]], epoch: int, rank: int) -> list[list[int]]:
+        """``batches`` in a seeded order: over the whole epoch, or for sharded data (:attr:`order`) within runs of
+        ``mega_batch_factor`` batches, which lie in one stretch of the block order (reads stay local)."""
         rng = np.random.default_rng(derive_seed(self.seed, "batch-order", epoch, rank))
-        return [batches[i] for i in rng.permutation(len(batches))]
+        if self.order is None:
+            return [batches[i] for i in rng.permutation(len(batches))]
+        span = self.mega_batch_factor
+        return [batches[start + i] for start in range(0, len(batches), span)
+                for i in rng.permutation(min(span, len(batches) - start))]
 
     def _fingerprint(self) -> str:
         """Hash of the lengths and options, computed once, so ``state_dict`` stays microseconds per step. The
@@ -75,7 +87,7 @@ class _LengthAware(EpochBatchSampler):
         return self._digest
 
     def _options(self) -> tuple[Any, ...]:
-        return (type(self).__name__, self.mega_batch_factor, self.uneven)
+        return (type(self).__name__, self.mega_batch_factor, self.uneven, self.order and self.order.window)
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "fingerprint": self._fingerprint()}
@@ -111,10 +123,11 @@ class LengthGroupedBatchSampler(_LengthAware):
     """
 
     def __init__(self, lengths: Any, batch_size: int, *, seed: int = 0, mega_batch_factor: int = 50,
-                 drop_last: bool = False, num_replicas: int = 1, rank: int = 0, uneven: str = "pad") -> None:
+                 drop_last: bool = False, num_replicas: int = 1, rank: int = 0, uneven: str = "pad",
+                 order: BlockOrder | None = None) -> None:
         batch_size = check_int("batch_size", batch_size, minimum=1)
         super().__init__(lengths, seed=seed, mega_batch_factor=mega_batch_factor, num_replicas=num_replicas,
-                         rank=rank, uneven=uneven)
+                         rank=rank, uneven=uneven, order=order)
         self.batch_size, self.drop_last = batch_size, drop_last
 
     per_rank_option = "batch_size"
@@ -162,14 +175,14 @@ class TokenBudgetBatchSampler(_LengthAware):
 
     def __init__(self, lengths: Any, max_tokens: int, *, seed: int = 0, mega_batch_factor: int = 50,
                  max_batch_size: int | None = None, pad_to_multiple_of: int = 1, oversized: str = "error",
-                 num_replicas: int = 1, rank: int = 0, uneven: str = "pad") -> None:
+                 num_replicas: int = 1, rank: int = 0, uneven: str = "pad", order: BlockOrder | None = None) -> None:
         max_tokens = check_int("max_tokens", max_tokens, minimum=1)
         pad_to_multiple_of = check_int("pad_to_multiple_of", pad_to_multiple_of, minimum=1)
         if max_batch_size is not None:
             max_batch_size = check_int("max_batch_size", max_batch_size, minimum=1)
         check_choice("oversized", oversized, OVERSIZED_POLICIES)
         super().__init__(lengths, seed=seed, mega_batch_factor=mega_batch_factor, num_replicas=num_replicas,
-                         rank=rank, uneven=uneven)
+                         rank=rank, uneven=uneven, order=order)
         self.max_tokens, self.max_batch_size, self.oversized = max_tokens, max_batch_size, oversized
         self.pad_to_multiple_of = multiple = pad_to_multiple_of
         self.costs = np.maximum(-(-self.lengths // multiple) * multiple, 1)  # an empty row still takes a slot

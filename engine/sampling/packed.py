@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from engine.core.checks import check_int
+from engine.sampling.blocks import BlockOrder
 from engine.sampling.length import _LengthAware
 from engine.sampling.ranks import deal_to_ranks
 
@@ -72,12 +73,13 @@ class PackedBatchSampler(_LengthAware):
     """
 
     def __init__(self, lengths: Any, max_tokens: int, *, seed: int = 0, mega_batch_factor: int = 64,
-                 max_length: int | None = None, num_replicas: int = 1, rank: int = 0, uneven: str = "pad") -> None:
+                 max_length: int | None = None, num_replicas: int = 1, rank: int = 0, uneven: str = "pad",
+                 order: BlockOrder | None = None) -> None:
         max_tokens = check_int("max_tokens", max_tokens, minimum=1)
         if max_length is not None:
             max_length = check_int("max_length", max_length, minimum=1)
         super().__init__(lengths, seed=seed, mega_batch_factor=mega_batch_factor, num_replicas=num_replicas,
-                         rank=rank, uneven=uneven)
+                         rank=rank, uneven=uneven, order=order)
         self.max_tokens, self.max_length = max_tokens, max_length
         if max_length is not None:  # counted as the collator will cut them
             self.lengths = np.minimum(self.lengths, max_length)

@@ -13,6 +13,7 @@ import torch
 from engine.core.checks import check_choice, check_int, check_rank
 from engine.core.rng import derive_seed, generator_from
 from engine.sampling.base import EpochBatchSampler
+from engine.sampling.blocks import BlockOrder
 from engine.sampling.ranks import UNEVEN_POLICIES, deal_to_ranks, rows_per_rank
 
 
@@ -69,6 +70,8 @@ class SeededBatchSampler(EpochBatchSampler):
         rank: This process's rank.
         uneven: When rows don't divide evenly among ranks: ``pad`` repeats rows from the start of the
             epoch's order, ``drop`` leaves the tail out, so every rank sees the same number of batches.
+        order: Sharded data: shuffle in the block order that keeps reads local (:mod:`engine.sampling.blocks`)
+            rather than with a full permutation.
 
     Example:
         >>> sampler = SeededBatchSampler(10, batch_size=4, shuffle=True, seed=0)
@@ -87,6 +90,7 @@ class SeededBatchSampler(EpochBatchSampler):
         num_replicas: int = 1,
         rank: int = 0,
         uneven: str = "pad",
+        order: BlockOrder | None = None,
     ) -> None:
         num_samples = check_int("num_samples", num_samples, minimum=0)
         batch_size = check_int("batch_size", batch_size, minimum=1)
@@ -100,6 +104,9 @@ class SeededBatchSampler(EpochBatchSampler):
         self.num_replicas = num_replicas
         self.rank = rank
         self.uneven = uneven
+        if order is not None and order.size != num_samples:
+            raise ValueError(f"order should cover the {num_samples} rows sampled, but it orders {order.size}")
+        self.order = order
 
     per_rank_option = "batch_size"
 
@@ -110,6 +117,8 @@ class SeededBatchSampler(EpochBatchSampler):
 
     def epoch_order(self, epoch: int) -> np.ndarray:
         """Every row of ``epoch`` in the order the ranks share them: a seeded permutation, or storage order."""
+        if self.shuffle and self.order is not None:
+            return self.order.permutation(derive_seed(self.seed, "blocks", epoch))
         if self.shuffle:
             return torch.randperm(self.num_samples, generator=generator_from(derive_seed(self.seed, epoch))).numpy()
         return np.arange(self.num_samples)

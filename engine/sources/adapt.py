@@ -14,54 +14,19 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from collators.columns import ColumnBatch, SpanColumn
+from collators.columns import SpanColumn
 from engine.sources._arrow_fetch import ArrowBatchFetcher
 from engine.sources.bad_rows import first_readable
 from engine.sources.files import is_path_data, load_paths
 from engine.sources.kinds import ACCEPTED, TupleRows, columns_dataset, is_column_dict, tuple_fields
-from engine.sources.rows import MapSource, RowBatch
+from engine.sources.rows import ColumnarSource, MapSource
+from engine.sources.shard_listing import Shards, is_url
+from engine.sources.sharded import ShardedSource
 
 try:  # datasets is a dependency, but sources of other kinds must not need it at import time
     import datasets as hf_datasets
 except ImportError:  # pragma: no cover
     hf_datasets = None
-
-
-class ColumnarSource(MapSource):
-    """A source that can read a batch as columns. Once a loader whose collator reads columns asks for them
-    (:meth:`handing_columns`), ``__getitems__`` fetches a :class:`collators.columns.ColumnBatch`, which
-    ``TextCollator`` pads straight from the flat buffers; otherwise, and for a split with a per-row transform (a
-    transform needs rows) or a source whose :meth:`columnar` says no, it answers rows."""
-
-    hands_columns = False
-    """Whether ``__getitems__`` answers columns (set on a copy by :meth:`handing_columns`)."""
-
-    def columnar(self) -> bool:
-        raise NotImplementedError
-
-    def fetch_columns(self, positions: Sequence[int]) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def handing_columns(self) -> ColumnarSource:
-        """A shallow copy of this source whose batches are fetched as columns (data and fetcher shared: not
-        ``copy.copy``, which would go through ``__getstate__`` and leave the fetcher behind)."""
-        source = object.__new__(type(self))
-        source.__dict__.update(self.__dict__, hands_columns=True)
-        return source
-
-    def __getitems__(self, indices: Sequence[int]) -> RowBatch | ColumnBatch:
-        if not self.hands_columns or self.transform is not None or not self.columnar():
-            return super().__getitems__(indices)
-        positions = list(indices)
-        try:
-            columns = self.fetch_columns(positions)
-        except Exception:
-            rows = super().__getitems__(indices)  # names the failing row, or leaves it out (on_error)
-            if rows.skipped:
-                return rows
-            raise  # every row reads on its own: the column read itself failed
-        return ColumnBatch(columns, len(positions), rng_seed=getattr(indices, "rng_seed", None), role=self.role,
-                           indices=self.user_indices(positions))
 
 
 class HFSource(ColumnarSource):
@@ -225,6 +190,8 @@ def as_source(data: Any, *, key: str | None = None, spec: Any = None, what: str 
     ``on_error`` 'skip'/'warn' the first row that reads is used (:func:`engine.sources.bad_rows.first_readable`)."""
     if isinstance(data, MapSource):
         return data
+    if isinstance(data, Shards) or is_url(data):  # streamed a row group at a time through the local cache
+        return ShardedSource.from_shards(data if isinstance(data, Shards) else Shards(data))
     if is_hf_dataset(data):
         return HFSource(data)
     if type(data).__name__ == "DataFrame" and type(data).__module__.startswith("pandas"):

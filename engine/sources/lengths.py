@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from engine.sources.adapt import HFSource, MapSource, TensorListSource, as_source
+from engine.sources.sharded import ShardedSource
 
 
 def lengths_of(source: Any, key: str | None = None) -> np.ndarray:
@@ -20,6 +21,8 @@ def lengths_of(source: Any, key: str | None = None) -> np.ndarray:
         TypeError: the field has no length (e.g. raw text, a scalar).
     """
     source = as_source(source)
+    if isinstance(source, ShardedSource):
+        return source.lengths(key)
     if isinstance(source, HFSource):
         return _hf_lengths(source.dataset, key)
     if isinstance(source, TensorListSource):
@@ -34,7 +37,7 @@ def check_no_empty_rows(source: MapSource, key: str | None, role: str) -> None:
     """Refuse token rows of length 0 in ``source`` (a split), naming the first one by its index in the data the
     user gave: padded, such a row is all padding, and attention over a fully masked row gives NaN. Only sources
     whose lengths come without reading rows are checked (Arrow columns, tensor lists); others are not read here."""
-    if not isinstance(source, (HFSource, TensorListSource)):
+    if not isinstance(source, (HFSource, TensorListSource, ShardedSource)):
         return
     try:
         lengths = lengths_of(source, key)

@@ -19,6 +19,7 @@ import torch
 from engine.core.checks import check_choice, check_int, keyword_or_spec
 from engine.sources.adapt import HFSource, MapSource, TensorListSource
 from engine.sources.lengths import lengths_of
+from engine.sources.sharded import ShardedSource
 
 POLICIES = ("truncate", "split", "drop")
 
@@ -63,7 +64,11 @@ def check_sources(given: dict[str, MapSource], stream: Any, policy: LongRows) ->
         raise ValueError(f"long_rows={policy.policy!r} needs every row's length up front, which a stream "
                          f"(datasets.IterableDataset) does not have; use long_rows='truncate' or a map-style Dataset")
     for role, source in given.items():
-        if role != "predict" and not isinstance(source, (HFSource, TensorListSource)):
+        if isinstance(source, ShardedSource) and policy.policy == "split" and role != "predict":
+            raise ValueError(f"long_rows='split' cuts rows into windows held beside the data, which sharded data "
+                             f"({role}_data) does not do; split long documents when tokenizing the corpus, or use "
+                             f"long_rows='truncate' or 'drop'")
+        if role != "predict" and not isinstance(source, (HFSource, TensorListSource, ShardedSource)):
             raise TypeError(f"long_rows={policy.policy!r} needs token data in columns (a datasets.Dataset or a "
                             f"list of tensors), but {role}_data is a {type(source).__name__}; give one of those, "
                             f"or long_rows='truncate'")
@@ -159,7 +164,7 @@ def apply_long_rows(source: MapSource, key: str | None, policy: LongRows, frame:
     to every window even when as long as the tokens. Sources whose lengths need a pass over every row (torch
     datasets) are returned as they are with no report (:func:`check_sources` refused 'split' and 'drop').
     """
-    if not isinstance(source, (HFSource, TensorListSource)):  # check_sources refused 'split' and 'drop'
+    if not isinstance(source, (HFSource, TensorListSource, ShardedSource)):  # check_sources refused them
         return source, None
     try:
         lengths = lengths_of(source, key)

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset
 
+from collators.columns import ColumnBatch
 from engine.sources.bad_rows import READ_FIX, SkippedRow, named_error, read_skipping, transform_skipping
 from engine.sources.transforms import RowTransform, TransformFailed
 
@@ -130,3 +131,40 @@ class MapSource(Dataset):
     def view(self, positions: np.ndarray) -> MapSource:
         """A source over ``positions`` of this one (a split), sharing the underlying data."""
         raise NotImplementedError
+
+
+class ColumnarSource(MapSource):
+    """A source that can read a batch as columns. Once a loader whose collator reads columns asks for them
+    (:meth:`handing_columns`), ``__getitems__`` fetches a :class:`collators.columns.ColumnBatch`, which
+    ``TextCollator`` pads straight from the flat buffers; otherwise, and for a split with a per-row transform (a
+    transform needs rows) or a source whose :meth:`columnar` says no, it answers rows."""
+
+    hands_columns = False
+    """Whether ``__getitems__`` answers columns (set on a copy by :meth:`handing_columns`)."""
+
+    def columnar(self) -> bool:
+        raise NotImplementedError
+
+    def fetch_columns(self, positions: Sequence[int]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def handing_columns(self) -> ColumnarSource:
+        """A shallow copy of this source whose batches are fetched as columns (data and fetcher shared: not
+        ``copy.copy``, which would go through ``__getstate__`` and leave the fetcher behind)."""
+        source = object.__new__(type(self))
+        source.__dict__.update(self.__dict__, hands_columns=True)
+        return source
+
+    def __getitems__(self, indices: Sequence[int]) -> RowBatch | ColumnBatch:
+        if not self.hands_columns or self.transform is not None or not self.columnar():
+            return super().__getitems__(indices)
+        positions = list(indices)
+        try:
+            columns = self.fetch_columns(positions)
+        except Exception:
+            rows = super().__getitems__(indices)  # names the failing row, or leaves it out (on_error)
+            if rows.skipped:
+                return rows
+            raise  # every row reads on its own: the column read itself failed
+        return ColumnBatch(columns, len(positions), rng_seed=getattr(indices, "rng_seed", None), role=self.role,
+                           indices=self.user_indices(positions))

@@ -1,0 +1,239 @@
+"""Row groups of shards, fetched once into a local cache and memory-mapped from there.
+
+A row group is fetched from its shard (a ranged read through ``fsspec``), checked against the listing (a shard
+that disappeared or was replaced since is named, never read as other data), written to the cache folder as an
+Arrow IPC file, and memory-mapped: every loader worker reads the same pages, which the OS can drop and reload, so
+a worker's private memory does not grow with the rows it has read. The cache holds at most ``cache_bytes``; the
+least recently used row groups leave first. A resumed run finds what it fetched before and fetches nothing again.
+
+Transient failures (HTTP 5xx, throttling, a dropped connection, a timeout) are retried with exponential backoff
+and counted in :attr:`RowGroupReader.stats`; a failure that persists raises naming the shard, the row group and
+the attempts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import time
+import uuid
+from collections import Counter, OrderedDict
+from pathlib import Path
+from typing import Any
+
+from engine.sources.shard_listing import ShardListing, file_version, filesystem, open_ipc
+
+OPEN_GROUPS = 64
+"""Row groups a process keeps open (memory-mapped, so this costs address space, not private memory)."""
+
+CACHE_FORMAT = "1"
+"""Part of every cache file's name: raised when the cached layout changes, so old files are not read."""
+
+log = logging.getLogger("engine")
+
+
+class ShardChanged(ValueError):
+    """A shard differs from what was listed: reading it would serve other rows under the same indices."""
+
+
+def default_shard_cache() -> Path:
+    """``<HF_DATASETS_CACHE>/universal_datamodule/shards``: beside the ``datasets`` cache the user manages."""
+    import datasets
+
+    return Path(datasets.config.HF_DATASETS_CACHE) / "universal_datamodule" / "shards"
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether ``error`` may pass on a retry: a server error (5xx), throttling (429), a dropped or refused
+    connection, a timeout, a body cut short. A missing file, a refused permission or a changed shard is not."""
+    if isinstance(error, (FileNotFoundError, PermissionError, IsADirectoryError, ShardChanged)):
+        return False
+    status = _status(error)
+    if status is not None:
+        return status >= 500 or status == 429
+    if isinstance(error, (OSError, ConnectionError, TimeoutError, EOFError)):
+        return True
+    module = type(error).__module__ or ""
+    if module.startswith(("botocore", "aiohttp", "urllib3", "requests")):
+        return True
+    import pyarrow as pa
+
+    return isinstance(error, pa.ArrowInvalid) and "end of" in str(error).lower()  # a body cut short
+
+
+def _status(error: BaseException) -> int | None:
+    """The HTTP status an error carries (botocore's ``response``, or an error chained from one), if any."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        response = getattr(error, "response", None)
+        if isinstance(response, dict):
+            status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if isinstance(status, int):
+                return status
+        status = getattr(error, "status", None)
+        if isinstance(status, int) and 100 <= status < 600:
+            return status
+        error = error.__cause__ or error.__context__
+    return None
+
+
+class RowGroupReader:
+    """Reads row groups of a :class:`ShardListing` through the local cache; one per process (not pickled)."""
+
+    def __init__(self, listing: ShardListing) -> None:
+        self.listing = listing
+        shards = listing.shards
+        self.folder = Path(shards.cache_dir) if shards.cache_dir is not None else default_shard_cache()
+        self.budget = shards.cache_bytes
+        self._system: Any = None
+        self._open: OrderedDict[int, Any] = OrderedDict()
+        self.stats: Counter[str] = Counter()
+        """This process's counts: ``fetched`` row groups, ``cache_hits``, ``retries``, ``bytes_fetched``."""
+
+    @property
+    def system(self) -> Any:
+        if self._system is None:
+            self._system = filesystem(self.listing.shards)[0]
+        return self._system
+
+    def cache_path(self, group: int) -> Path:
+        shard = int(self.listing.group_shard[group])
+        key = f"{CACHE_FORMAT}\x00{self.listing.url(shard)}\x00{self.listing.versions[shard]}\x00" \
+              f"{int(self.listing.group_index[group])}"
+        return self.folder / f"{hashlib.blake2b(key.encode(), digest_size=16).hexdigest()}.arrow"
+
+    def table(self, group: int) -> Any:
+        """Row group ``group`` (an index into the listing's row groups) as a memory-mapped ``pyarrow.Table``."""
+        table = self._open.get(group)
+        if table is not None:
+            self._open.move_to_end(group)
+            return table
+        path = self.cache_path(group)
+        table = self._mapped(path)
+        if table is None:
+            self._store(path, self.fetch(group))
+            table = self._mapped(path)
+            if table is None:  # evicted by another process at once: the cache is smaller than what is in use
+                raise RuntimeError(f"the shard cache {self.folder} removed a row group as soon as it was written; "
+                                   f"its cache_bytes={self.budget} is too small for the loader workers' shuffle "
+                                   f"windows: raise Shards(cache_bytes=...)")
+        else:
+            self.stats["cache_hits"] += 1
+        self._open[group] = table
+        if len(self._open) > OPEN_GROUPS:
+            self._open.popitem(last=False)
+        return table
+
+    def _mapped(self, path: Path) -> Any:
+        import pyarrow as pa
+
+        try:
+            with pa.memory_map(str(path)) as source:
+                table = pa.ipc.open_file(source).read_all()
+            os.utime(path)  # the least recently used leave first
+        except FileNotFoundError:
+            return None
+        return table
+
+    def _store(self, path: Path, table: Any) -> None:
+        """Write ``table`` into the cache (a temporary file renamed into place: readers never see half of one),
+        then remove the least recently used files past the budget."""
+        import pyarrow as pa
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        scratch = path.with_name(f".{path.stem}.{uuid.uuid4().hex}.tmp")
+        with pa.OSFile(str(scratch), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        os.replace(scratch, path)
+        self._evict(keep=path)
+
+    def _evict(self, keep: Path) -> None:
+        entries = []
+        for entry in os.scandir(self.folder):
+            if entry.name.endswith(".arrow"):
+                try:
+                    stat = entry.stat()
+                except FileNotFoundError:
+                    continue
+                entries.append((stat.st_mtime, stat.st_size, entry.path))
+        total = sum(size for _, size, _ in entries)
+        for _, size, name in sorted(entries):
+            if total <= self.budget:
+                break
+            if name == str(keep):
+                continue
+            with contextlib.suppress(FileNotFoundError):  # removed by another process
+                os.remove(name)  # a process that has it memory-mapped keeps reading its pages
+            total -= size
+            self.stats["evicted"] += 1
+
+    def fetch(self, group: int) -> Any:
+        """Row group ``group`` read whole from its shard, retrying transient failures."""
+        table = self._with_retries(group, None)
+        self.stats["fetched"] += 1
+        self.stats["bytes_fetched"] += table.nbytes
+        return table
+
+    def lengths(self, group: int, column: str) -> Any:
+        """The list lengths of ``column`` in row group ``group``: from the cache when the row group is there, else
+        reading only that column (Parquet; an Arrow shard's row group is fetched whole and cached)."""
+        import pyarrow.compute as pc
+
+        table = self._open.get(group) or self._mapped(self.cache_path(group))
+        if table is None:
+            shard = int(self.listing.group_shard[group])
+            table = self._with_retries(group, column) if self.listing.kinds[shard] == "parquet" else self.table(group)
+        return pc.list_value_length(table.column(column)).to_numpy(zero_copy_only=False)
+
+    def _with_retries(self, group: int, column: str | None) -> Any:
+        """Row group ``group`` (only ``column`` if given) read from its shard, with exponential backoff after a
+        transient failure; a persistent one raises naming the shard, the row group and the attempts."""
+        shards = self.listing.shards
+        shard, index = int(self.listing.group_shard[group]), int(self.listing.group_index[group])
+        attempts = shards.retries + 1
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._read(shard, index, column)
+            except Exception as error:  # sorted into transient (retried) and not (raised) below
+                if not is_transient(error):
+                    raise
+                if attempt == attempts:
+                    raise OSError(
+                        f"reading row group {index} of shard {self.listing.url(shard)!r} failed {attempts} times "
+                        f"(retries={shards.retries}); last error: {type(error).__name__}: {error}. Check the store "
+                        f"and the network, or raise Shards(retries=...)") from error
+                self.stats["retries"] += 1
+                wait = shards.retry_wait * 2 ** (attempt - 1)
+                log.warning("reading shard %r failed (%s: %s); retry %d of %d in %.2f s", self.listing.url(shard),
+                            type(error).__name__, error, attempt, shards.retries, wait)
+                time.sleep(wait)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _read(self, shard: int, index: int, column: str | None) -> Any:
+        """Row group ``index`` of ``shard`` (only ``column`` if given), after checking the shard is the one listed."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        path, url = self.listing.files[shard], self.listing.url(shard)
+        try:
+            info = self.system.info(path)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"shard {url!r} was listed but no longer exists; the corpus changed while it was "
+                                    f"read: restore the shard, or build the data module again to list the corpus "
+                                    f"anew (a saved state of the old corpus will then be refused)") from None
+        version = file_version(info)
+        if version != self.listing.versions[shard]:
+            raise ShardChanged(f"shard {url!r} changed since it was listed (version {self.listing.versions[shard]!r}, "
+                               f"now {version!r}); its rows would not be the rows listed: restore the shard, or build "
+                               f"the data module again to list the corpus anew (a saved state of the old corpus will "
+                               f"then be refused)")
+        with self.system.open(path, "rb") as handle:
+            if self.listing.kinds[shard] == "parquet":
+                return pq.ParquetFile(handle).read_row_group(index, columns=None if column is None else [column])
+            reader = open_ipc(handle)
+            if isinstance(reader, pa.ipc.RecordBatchFileReader):
+                return pa.Table.from_batches([reader.get_batch(index)])
+            return pa.Table.from_batches([next(b for position, b in enumerate(reader) if position == index)])

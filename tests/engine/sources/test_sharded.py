@@ -1,0 +1,240 @@
+"""Sharded corpora read as a map-style source: the listing (footers only), the rows served against the files, the
+block order, the same batches at any number of workers, exact and elastic resume, every batching mode, the local
+cache (hits, budget, a shard changed or gone) and clear refusals. Object storage: test_sharded_s3.py."""
+
+import os
+import pickle
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from engine import Shards, UniversalDataModule
+from engine.sampling.blocks import BlockOrder
+from engine.sources.adapt import as_source
+from engine.sources.shard_listing import list_shards
+from engine.sources.sharded import ShardedSource
+from tests.engine.sources.shard_corpus import SPEC, docs, write_corpus
+
+
+@pytest.fixture()
+def corpus(tmp_path):
+    rows = write_corpus(tmp_path / "corpus")
+    return tmp_path / "corpus", rows
+
+
+def shards(folder, tmp_path, **options):
+    return Shards(str(folder), cache_dir=str(tmp_path / "cache"), **{"shuffle_window": 64, **options})
+
+
+def module(data, workers=0, **options):
+    settings = dict(task_spec=SPEC, batch_size=8, val_split=0, seed=3, num_workers=workers)
+    settings.update(options)
+    return UniversalDataModule(data, **settings)
+
+
+def epoch(dm):
+    return docs(dm.train_dataloader())
+
+
+def test_the_listing_reads_row_groups_from_the_footers(corpus, tmp_path):
+    folder, rows = corpus
+    listing = list_shards(shards(folder, tmp_path))
+    assert listing.num_rows == len(rows) == 600
+    assert listing.num_groups == 4 * 4  # 150 rows in row groups of 40: 40, 40, 40, 30
+    assert listing.group_rows().tolist() == [40, 40, 40, 30] * 4
+    assert [os.path.basename(name) for name in listing.files] == [f"part-{n:03d}.parquet" for n in range(4)]
+    assert not (tmp_path / "cache").exists()  # no row was read
+
+
+@pytest.mark.parametrize("kind", ["parquet", "arrow"])
+def test_rows_are_the_rows_of_the_files(tmp_path, kind):
+    rows = write_corpus(tmp_path / "c", kind=kind)
+    source = as_source(shards(tmp_path / "c", tmp_path))
+    assert isinstance(source, ShardedSource) and len(source) == 600
+    picked = [599, 0, 41, 40, 333, 150]
+    batch = source.__getitems__(picked)
+    assert [row["doc"] for row in batch] == picked
+    assert [row["input_ids"] for row in batch] == [rows[i] for i in picked]
+    columns = source.fetch_columns(picked)
+    assert columns["input_ids"].rows() == [rows[i] for i in picked] and columns["doc"] == picked
+
+
+def test_an_epoch_serves_every_row_once_in_a_block_order(corpus, tmp_path):
+    folder, _ = corpus
+    served = epoch(module(shards(folder, tmp_path)))
+    assert sorted(served) == list(range(600))
+    windows = [served[start:start + 64] for start in range(0, 576, 64)]
+    groups = [len({doc // 150 * 4 + doc % 150 // 40 for doc in window}) for window in windows]
+    assert max(groups) <= 3  # a window of 64 rows spans at most 3 row groups of 30-40 rows
+    assert served != sorted(served)
+
+
+def test_the_same_batches_at_any_number_of_workers_and_threads(corpus, tmp_path):
+    folder, _ = corpus
+    reference = epoch(module(shards(folder, tmp_path)))
+    assert epoch(module(shards(folder, tmp_path), workers=2)) == reference
+    assert epoch(module(shards(folder, tmp_path), num_threads=2)) == reference
+
+
+def test_a_local_folder_url_and_a_file_list_read_the_same(corpus, tmp_path):
+    folder, _ = corpus
+    files = sorted(str(path) for path in folder.glob("*.parquet"))
+    reference = epoch(module(shards(folder, tmp_path)))
+    assert epoch(module(Shards(files, cache_dir=str(tmp_path / "cache"), shuffle_window=64))) == reference
+    assert epoch(module(Shards(f"file://{folder}", cache_dir=str(tmp_path / "cache"),
+                               shuffle_window=64))) == reference
+    assert epoch(module(Shards(f"{folder}/*.parquet", cache_dir=str(tmp_path / "cache"),
+                               shuffle_window=64))) == reference
+
+
+@pytest.mark.parametrize(("before", "after"), [(0, 2), (2, 0)])
+def test_resume_mid_epoch_is_exact_across_worker_counts(corpus, tmp_path, before, after):
+    folder, _ = corpus
+    full = epoch(module(shards(folder, tmp_path)))
+    first = module(shards(folder, tmp_path), workers=before)
+    iterator = iter(first.train_dataloader())
+    served = docs(next(iterator) for _ in range(30))
+    state = pickle.loads(pickle.dumps(first.state_dict()))
+    resumed = module(shards(folder, tmp_path), workers=after)
+    resumed.load_state_dict(state)
+    assert served + epoch(resumed) == full
+
+
+def test_a_state_saved_on_two_ranks_finishes_its_epoch_on_one(corpus, tmp_path, monkeypatch):
+    """Two ranks simulated in one process (the module reads its rank at setup); real processes:
+    tests/distributed/test_sharded_elastic.py."""
+    folder, _ = corpus
+    served, states = [], []
+    for rank in range(2):
+        monkeypatch.setattr("engine.datamodule.universal.resolve_world", lambda trainer, rank=rank: (rank, 2))
+        dm = module(shards(folder, tmp_path), batch_size=4)
+        iterator = iter(dm.train_dataloader())
+        served += docs(next(iterator) for _ in range(10))
+        states.append(dm.state_dict())
+    monkeypatch.undo()
+    resumed = module(shards(folder, tmp_path), batch_size=8)
+    resumed.load_state_dict(states[0])
+    rest = epoch(resumed)
+    assert len(served) == len(set(served)) == 80
+    assert not set(rest) & set(served) and sorted(rest + served) == list(range(600))
+
+
+@pytest.mark.parametrize("options", [{"batching": "grouped"}, {"batching": "token_budget", "max_tokens": 160},
+                                     {"batching": "packed", "max_tokens": 160}])
+def test_every_batching_mode_serves_every_row_once(corpus, tmp_path, options):
+    folder, rows = corpus
+    dm = module(shards(folder, tmp_path), **options)
+    served = epoch(dm) if options["batching"] != "packed" else None
+    if served is not None:
+        assert sorted(served) == list(range(600))
+    else:
+        tokens = sum(int(batch["input_ids"].numel()) for batch in dm.train_dataloader())
+        assert tokens == sum(len(row) for row in rows)
+
+
+def test_a_second_run_reads_from_the_cache(corpus, tmp_path):
+    folder, _ = corpus
+    first = module(shards(folder, tmp_path))
+    epoch(first)
+    stats = first.train_dataloader().dataset.reader.stats
+    assert stats["fetched"] + stats["cache_hits"] == 16 and stats["fetched"] >= 15  # row 0 was read at construction
+    second = module(shards(folder, tmp_path))
+    epoch(second)
+    stats = second.train_dataloader().dataset.reader.stats
+    assert stats["fetched"] == 0 and stats["cache_hits"] == 16
+
+
+def test_the_cache_keeps_to_its_byte_budget(corpus, tmp_path):
+    folder, _ = corpus
+    source = as_source(shards(folder, tmp_path, cache_bytes=3 * 600))
+    for group in range(16):
+        source.reader.table(group)
+    cached = [entry.stat().st_size for entry in os.scandir(tmp_path / "cache") if entry.name.endswith(".arrow")]
+    assert sum(cached) <= 3 * 600 or len(cached) == 1
+    assert source.reader.stats["evicted"] >= 10
+
+
+def test_a_shard_replaced_after_listing_is_named(corpus, tmp_path):
+    folder, _ = corpus
+    source = as_source(shards(folder, tmp_path))
+    table = pq.read_table(folder / "part-002.parquet")
+    pq.write_table(table.slice(0, 100), folder / "part-002.parquet", row_group_size=40)
+    with pytest.raises(ValueError, match=r"part-002.parquet' changed since it was listed"):
+        source.__getitems__([320])
+    assert source.__getitems__([0])[0]["doc"] == 0  # other shards still read
+
+
+def test_a_shard_removed_after_listing_is_named(corpus, tmp_path):
+    folder, _ = corpus
+    source = as_source(shards(folder, tmp_path))
+    os.remove(folder / "part-001.parquet")
+    with pytest.raises(FileNotFoundError, match=r"part-001.parquet' was listed but no longer exists"):
+        source.__getitems__([160])
+
+
+def test_a_state_of_another_corpus_is_refused(corpus, tmp_path):
+    folder, _ = corpus
+    first = module(shards(folder, tmp_path))
+    next(iter(first.train_dataloader()))
+    state = first.state_dict()
+    write_corpus(tmp_path / "other", seed=1)
+    other = module(shards(tmp_path / "other", tmp_path))
+    with pytest.raises(ValueError, match="data"):
+        other.load_state_dict(state)
+
+
+def test_refusals_name_the_path_and_the_fix(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such file or folder"):
+        as_source(Shards(str(tmp_path / "missing")))
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "a.txt").write_text("x")
+    with pytest.raises(ValueError, match=r"holds no shard.*Parquet"):
+        as_source(Shards(str(tmp_path / "notes")))
+    write_corpus(tmp_path / "mixed", files=1)
+    write_corpus(tmp_path / "mixed2", files=1, kind="arrow")
+    os.rename(tmp_path / "mixed2" / "part-000.arrow", tmp_path / "mixed" / "part-001.arrow")
+    with pytest.raises(ValueError, match="one kind"):
+        as_source(Shards(str(tmp_path / "mixed")))
+    pq.write_table(pa.table({"text": ["a"]}), tmp_path / "mixed" / "part-000.parquet")
+    write_corpus(tmp_path / "schemas", files=1)
+    pq.write_table(pa.table({"text": ["a"]}), tmp_path / "schemas" / "part-009.parquet")
+    with pytest.raises(ValueError, match=r"columns of the first .*part-009.parquet"):
+        as_source(Shards(str(tmp_path / "schemas")))
+    with pytest.raises(ValueError, match="shuffle_window should be a positive integer"):
+        Shards("s3://bucket/x", shuffle_window=0)
+    with pytest.raises(TypeError, match="storage_options should be a dict"):
+        Shards("s3://bucket/x", storage_options="key=1")
+
+
+def test_long_rows_split_is_refused_and_drop_leaves_rows_out(corpus, tmp_path):
+    folder, rows = corpus
+    with pytest.raises(ValueError, match="long_rows='split'"):
+        module(shards(folder, tmp_path), long_rows="split", task_spec=SPEC.replace(additional_config={"max_seq_len": 16}))
+    dm = module(shards(folder, tmp_path), long_rows="drop", task_spec=SPEC.replace(additional_config={"max_seq_len": 16}))
+    served = epoch(dm)
+    assert sorted(served) == [index for index, row in enumerate(rows) if len(row) <= 16]
+
+
+def test_block_order_is_a_permutation_that_keeps_windows_in_few_groups():
+    groups = np.repeat(np.arange(50), 100)
+    order = BlockOrder(groups, window=200)
+    first, again, other = order.permutation(1), order.permutation(1), order.permutation(2)
+    assert np.array_equal(first, again) and not np.array_equal(first, other)
+    assert np.array_equal(np.sort(first), np.arange(5000))
+    assert max(len(set(groups[first[start:start + 200]])) for start in range(0, 5000, 200)) <= 3
+    shuffled = np.random.default_rng(0).permutation(groups)  # a split's rows, not in storage order
+    view = BlockOrder(shuffled, window=200).permutation(1)
+    assert np.array_equal(np.sort(view), np.arange(5000))
+    assert max(len(set(shuffled[view[start:start + 200]])) for start in range(0, 5000, 200)) <= 3
+
+
+def test_a_split_of_shards_serves_its_rows(corpus, tmp_path):
+    folder, _ = corpus
+    dm = module(shards(folder, tmp_path), val_split=100)
+    train = epoch(dm)
+    val = docs(dm.val_dataloader())
+    assert len(train) == 500 and len(val) == 100 and sorted(train + val) == list(range(600))
+    assert torch.is_tensor(next(iter(dm.val_dataloader()))["input_ids"])
