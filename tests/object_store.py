@@ -334,6 +334,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, format, *args):  # quiet
         pass
 
+    def setup(self):
+        super().setup()
+        with self.server.proxy._lock:
+            self.server.proxy._connections.add(self.connection)
+
+    def finish(self):
+        with self.server.proxy._lock:
+            self.server.proxy._connections.discard(self.connection)
+        super().finish()
+
     def _any(self):
         self.server.proxy._handle(self)
 
@@ -362,6 +372,7 @@ class FaultProxy:
         self._rules: list[_Rule] = []
         self._requests: list[Request] = []
         self._faults: list[Fault] = []
+        self._connections: set[socket.socket] = set()  # open client connections, closed by stop()
         self._httpd: _ProxyServer | None = None
         self._thread: threading.Thread | None = None
         self.endpoint_url: str | None = None
@@ -383,6 +394,11 @@ class FaultProxy:
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
+            with self._lock:
+                connections, self._connections = list(self._connections), set()
+            for connection in connections:  # idle keep-alive connections would hold their threads
+                with contextlib.suppress(OSError):
+                    connection.shutdown(socket.SHUT_RDWR)
             self._thread.join(timeout=10)
             self._httpd = None
 
@@ -402,8 +418,9 @@ class FaultProxy:
 
     def delay_next(self, n: int, seconds: float, match: str | None = None, method: str | None = None,
                    after_bytes: int | None = None) -> None:
-        """Hold the next ``n`` matching responses ``seconds`` before their status line (or, with ``after_bytes``,
-        after the headers and that many body bytes); then the response goes on complete."""
+        """Hold the next ``n`` matching responses ``seconds``: the request reaches the server at once, its answer
+        waits before the status line (or, with ``after_bytes``, after the headers and that many body bytes, or at
+        the end of a shorter body); then the response goes on complete unless the client gave up."""
         self._add(_Rule("delay", n, match, method, seconds=seconds, after_bytes=after_bytes))
 
     def cut_next(self, n: int, after_bytes: int = 0, match: str | None = None, method: str | None = None) -> None:
@@ -470,8 +487,6 @@ class FaultProxy:
             self._log(handler, path, rule.status, rule)  # before answering: the log is complete when the client
             self._send_error(handler, rule, path)  # sees the answer
             return
-        if rule is not None and rule.kind == "delay" and rule.after_bytes is None:
-            self._stopping.wait(rule.seconds)
 
         headers = {k: v for k, v in handler.headers.items() if k.lower() not in _HOP_BY_HOP}
         if body is not None:
@@ -523,45 +538,46 @@ class FaultProxy:
 
     def _relay(self, handler: _Handler, method: str, response: http.client.HTTPResponse, rule: _Rule | None,
                path: str) -> None:
-        length = response.getheader("Content-Length")
         has_body = method != "HEAD" and response.status not in (204, 304) and not 100 <= response.status < 200
-        chunked = has_body and length is None
-        self._log(handler, path, response.status, rule)
-        handler.send_response_only(response.status, response.reason)
-        for name, value in response.getheaders():
-            if name.lower() not in _HOP_BY_HOP:
-                handler.send_header(name, value)
-        if chunked:
-            handler.send_header("Transfer-Encoding", "chunked")
-        handler.end_headers()
-
-        limit = rule.after_bytes if rule is not None and rule.kind in ("cut", "delay") else None
-        sent, held = 0, False
+        chunked = has_body and response.getheader("Content-Length") is None
+        kind = rule.kind if rule is not None else None
+        limit = rule.after_bytes if kind in ("cut", "delay") else None
+        self._log(handler, path, response.status, rule)  # before answering: complete when the client sees anything
         try:
+            if kind == "delay" and limit is None:
+                self._stopping.wait(rule.seconds)
+            handler.send_response_only(response.status, response.reason)
+            for name, value in response.getheaders():
+                if name.lower() not in _HOP_BY_HOP:
+                    handler.send_header(name, value)
+            if chunked:
+                handler.send_header("Transfer-Encoding", "chunked")
+            handler.end_headers()
+            sent, held = 0, limit is None
             while has_body:
                 chunk = response.read(64 * 1024)
                 if not chunk:
                     break
-                if limit is not None and not held and sent + len(chunk) >= limit:
+                if not held and sent + len(chunk) >= limit:
                     head, chunk = chunk[: limit - sent], chunk[limit - sent:]
                     self._write(handler, head, chunked)
                     sent += len(head)
                     handler.wfile.flush()
-                    if rule.kind == "cut":
-                        self._cut(handler)
-                        return
+                    if kind == "cut":
+                        return self._cut(handler)
                     self._stopping.wait(rule.seconds)
                     held = True
                 self._write(handler, chunk, chunked)
                 sent += len(chunk)
-            if limit is not None and not held and rule.kind == "cut":  # body shorter than after_bytes
-                handler.wfile.flush()
-                self._cut(handler)
-                return
+            handler.wfile.flush()
+            if not held:  # the body was shorter than after_bytes (or there was none)
+                if kind == "cut":
+                    return self._cut(handler)
+                self._stopping.wait(rule.seconds)
             if chunked:
                 handler.wfile.write(b"0\r\n\r\n")
             handler.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError):
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout)
             handler.close_connection = True
 
     @staticmethod

@@ -17,7 +17,8 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 import aiohttp  # noqa: E402
-from botocore.exceptions import ClientError  # noqa: E402
+from aiobotocore.response import AioReadTimeoutError  # noqa: E402
+from botocore.exceptions import ClientError, ReadTimeoutError  # noqa: E402
 from fsspec.exceptions import FSTimeoutError  # noqa: E402
 
 from tests.object_store import ERROR_CODES, FaultProxy, Request, S3Server, s3_filesystem  # noqa: E402
@@ -103,13 +104,18 @@ class TestServer:
 
 
 class TestProxy:
-    def test_passes_everything_through_and_logs(self, faulty_s3, shard):
+    def test_passes_everything_through_and_logs(self, faulty_s3, shard, s3_bucket):
         fs = s3_filesystem(faulty_s3.storage_options)
         assert read_group(fs, shard) == list(range(200, 300))
         (get,) = gets(faulty_s3, "part-0.parquet")
         assert get.status == 206 and get.range.startswith("bytes=0-")  # s3fs reads a whole small file in one block
         assert fs.cat_file(shard, start=10, end=20) == parquet_bytes()[10:20]
         assert gets(faulty_s3, "part-0.parquet")[-1] == ("GET", get.path, "bytes=10-19", 206)
+        with fs.open(s3_bucket.url("written/by-s3fs.bin"), "wb") as f:  # writes pass too
+            f.write(b"w" * 10_000)
+        assert s3_bucket.server.client.get_object(Bucket=s3_bucket.name, Key="written/by-s3fs.bin")["Body"].read() \
+            == b"w" * 10_000
+        assert ("PUT", f"/{s3_bucket.name}/written/by-s3fs.bin", None, 200) in faulty_s3.requests
         assert faulty_s3.faults == [] and faulty_s3.pending == 0
         faulty_s3.reset()
         assert faulty_s3.requests == []
@@ -198,14 +204,21 @@ class TestFaultsThroughS3fs:
         assert fs.cat_file(shard) == parquet_bytes()
         assert [f.kind for f in faulty_s3.faults] == ["delay", "delay"]
 
-    def test_a_stall_mid_body_past_read_timeout_raises_fstimeouterror(self, faulty_s3, shard):
+    @pytest.mark.parametrize(("after_bytes", "raised_type", "cause_type"), [
+        (100, FSTimeoutError, AioReadTimeoutError),  # a stall mid-body: aiobotocore's timeout, an asyncio one
+        (None, ReadTimeoutError, type(None)),  # no status line in time: botocore's own, passed on as it is
+    ])
+    def test_a_stall_past_read_timeout_raises_a_timeout_oserror(self, faulty_s3, shard, after_bytes, raised_type,
+                                                                cause_type):
         options = dict(faulty_s3.storage_options)
-        options["config_kwargs"] = {**options["config_kwargs"], "read_timeout": 0.5}
+        options["config_kwargs"] = {**options["config_kwargs"], "read_timeout": 0.3}
         fs = s3_filesystem(options, retries=1)
-        faulty_s3.delay_next(1, 3, match="part-0.parquet", method="GET", after_bytes=100)
-        with pytest.raises(FSTimeoutError) as raised:  # a TimeoutError, so an OSError
-            fs.cat_file(shard)
-        assert isinstance(raised.value, OSError) and type(raised.value.__cause__).__name__ == "AioReadTimeoutError"
+        faulty_s3.delay_next(1, 2, match="part-0.parquet", method="GET", after_bytes=after_bytes)
+        with pytest.raises(raised_type) as raised:
+            fs.cat_file(shard, start=0, end=1000)
+        assert isinstance(raised.value, OSError) and type(raised.value.__cause__) is cause_type
+        assert len(gets(faulty_s3, "part-0.parquet")) == 1
+        assert fs.cat_file(shard, start=0, end=4) == b"PAR1"
 
     def test_a_cut_mid_body_is_retried_by_s3fs(self, faulty_s3, shard):
         fs = s3_filesystem(faulty_s3.storage_options)
