@@ -31,6 +31,22 @@ and fail); set it on the instance: ``fs.retries = 1`` means one attempt, no retr
 ``TypeError``). Use a fresh instance for that (``fsspec.filesystem("s3", skip_instance_cache=True, **options)``)
 or the proxy's options, as fsspec caches instances by their options.
 
+What reaches the caller of s3fs with these options (tests/test_object_store.py checks each), ``fs.retries = 1``:
+
+* 503 SlowDown on a GET: ``OSError(errno.EBUSY, "Please reduce your request rate.")``, ``__cause__`` a botocore
+  ``ClientError`` (Code "SlowDown"). With s3fs's default 5 attempts it is retried (backoff 0.1 s * 1.7**i).
+* 500 InternalError: ``OSError(errno.EREMOTEIO)``; 429 TooManyRequests: ``OSError(errno.EIO)``; both with a
+  ``ClientError`` cause, never retried by s3fs. A 503 on a HEAD (``open``/``info``/``size``): ``OSError(EBUSY,
+  "Service Unavailable")``, not retried either (no body, so no "SlowDown" text).
+* a connection cut mid-body: ``aiohttp.ClientPayloadError`` (not an OSError; s3fs retries it by default).
+* no status line within ``read_timeout``: ``botocore.exceptions.ReadTimeoutError`` (an OSError); a stall mid-body
+  past ``read_timeout``: ``fsspec.exceptions.FSTimeoutError`` (a TimeoutError), ``__cause__``
+  ``aiobotocore.response.AioReadTimeoutError``. s3fs retries both by default. ``read_timeout`` (default 15 s) is
+  set with ``config_kwargs={"read_timeout": ...}``; a delay below it just makes the read slow.
+
+``s3fs.core.S3_RETRYABLE_ERRORS`` lists the network errors s3fs retries; a reader counting attempts itself can
+catch ``(OSError, aiohttp.ClientError, botocore.exceptions.BotoCoreError)``.
+
 Environment: while a server runs, the AWS variables of the host (profiles, tokens, endpoint overrides, config
 files) and HTTP proxies are hidden and ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY`` are "testing"; ``stop()``
 restores them exactly.
