@@ -27,8 +27,9 @@ from engine.sampling.eval import ShardedEvalBatchSampler
 from engine.sampling.length import LengthGroupedBatchSampler, TokenBudgetBatchSampler
 from engine.sampling.packed import PackedBatchSampler
 from engine.sampling.seeded import SeededBatchSampler
-from engine.sources.adapt import ColumnarSource, as_source
+from engine.sources.adapt import as_source
 from engine.sources.lengths import lengths_of
+from engine.sources.rows import ColumnarSource
 from engine.sources.sharded import ShardedSource
 
 

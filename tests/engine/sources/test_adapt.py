@@ -6,8 +6,9 @@ from torch.utils.data import TensorDataset
 
 from engine import DataLoaderConfig, DataLoaderFactory
 from engine.sampling.base import BatchIndices
-from engine.sources.adapt import HFSource, RowBatch, TensorListSource, TorchSource, as_source
+from engine.sources.adapt import HFSource, TensorListSource, TorchSource, as_source
 from engine.sources.kinds import unpack_dataset_dict
+from engine.sources.rows import RowBatch
 
 
 class Endless(torch.utils.data.IterableDataset):

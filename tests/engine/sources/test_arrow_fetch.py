@@ -20,7 +20,8 @@ from collators import DefaultCollator, TextCollator
 from collators.columns import ColumnBatch, RaggedColumn, SpanColumn
 from engine.datamodule.universal import UniversalDataModule
 from engine.sampling.base import BatchIndices
-from engine.sources.adapt import HFSource, RowBatch
+from engine.sources.adapt import HFSource
+from engine.sources.rows import RowBatch
 from task_spec import TaskSpec
 
 

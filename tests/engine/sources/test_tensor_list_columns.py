@@ -6,7 +6,8 @@ import torch
 from collators.columns import ColumnBatch
 from collators.text import TextCollator
 from engine.collation.seeded_collate import SeededCollate
-from engine.sources.adapt import RowBatch, TensorListSource
+from engine.sources.adapt import TensorListSource
+from engine.sources.rows import RowBatch
 from task_spec import TaskSpec
 
 MLM = TaskSpec.mlm_tiny().replace(special_tokens={"pad_token_id": 0, "mask_token_id": 1},

@@ -10,7 +10,8 @@ import torch
 
 from engine.core.rng import derive_seed
 from engine.sampling.base import BatchIndices
-from engine.sources.adapt import HFSource, RowBatch, TensorListSource
+from engine.sources.adapt import HFSource, TensorListSource
+from engine.sources.rows import RowBatch
 from engine.sources.transforms import RowTransform, TransformFailed, split_transforms, takes_generator
 
 
