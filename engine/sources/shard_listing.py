@@ -135,11 +135,14 @@ class ShardListing:
         return name if self.protocol == "file" or "://" in name else f"{self.protocol}://{name}"
 
 
-def filesystem(shards: Shards) -> tuple[Any, list[str]]:
-    """``(fsspec filesystem, paths)`` of ``shards``' URLs (one store for all of them)."""
+def filesystem(shards: Shards, *, own_retries: bool = False) -> tuple[Any, list[str]]:
+    """``(fsspec filesystem, paths)`` of ``shards``' URLs (one store for all of them).
+
+    ``own_retries``: a filesystem of its own (not fsspec's shared instance) that makes each request once, for a
+    caller that retries and counts attempts itself (s3fs would otherwise retry some errors unseen)."""
     import fsspec
 
-    options = dict(shards.storage_options or {})
+    options = dict(shards.storage_options or {}, **({"skip_instance_cache": True} if own_retries else {}))
     systems, paths = [], []
     for url in shards.url_list:
         try:
@@ -151,6 +154,8 @@ def filesystem(shards: Shards) -> tuple[Any, list[str]]:
         paths.append(path)
     if len({type(system) for system in systems}) > 1:
         raise ValueError(f"Shards' urls should all be in one store, but got {shards.url_list[:4]}")
+    if own_retries and isinstance(getattr(systems[0], "retries", None), int):
+        systems[0].retries = 1  # s3fs counts attempts: one, no retry of its own
     return systems[0], paths
 
 

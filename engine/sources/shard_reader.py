@@ -96,7 +96,7 @@ class RowGroupReader:
     @property
     def system(self) -> Any:
         if self._system is None:
-            self._system = filesystem(self.listing.shards)[0]
+            self._system = filesystem(self.listing.shards, own_retries=True)[0]
         return self._system
 
     def cache_path(self, group: int) -> Path:

@@ -71,6 +71,14 @@ class ShardedSource(ColumnarSource):
         rows = self.positions if self.positions is not None else np.arange(self.listing.num_rows)
         return (np.searchsorted(self.listing.group_start, rows, side="right") - 1).astype(np.int32)
 
+    def __getitems__(self, indices: Sequence[int]) -> Any:
+        # The batch's row groups first: a shard that fails to read (after its retries), changed or went is raised
+        # as it is, naming the shard, rather than searched for row by row (each row would retry the fetch again).
+        rows = self.corpus_rows(list(indices))
+        for group in np.unique(np.searchsorted(self.listing.group_start, rows, side="right") - 1).tolist():
+            self.reader.table(group)
+        return super().__getitems__(indices)
+
     def _table(self, positions: Sequence[int]) -> Any:
         """The rows at ``positions`` as one ``pyarrow.Table``, in the order asked, read group by group."""
         import pyarrow as pa

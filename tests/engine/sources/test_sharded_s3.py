@@ -1,0 +1,97 @@
+"""Sharded corpora in object storage, read through the path a user's ``s3://`` URL takes (fsspec and s3fs) from
+moto's S3 server on 127.0.0.1; faults (5xx, throttling, a connection cut part-way, a slow answer) injected by a
+proxy in front of it (tests/object_store.py)."""
+
+import pickle
+
+import pyarrow.parquet as pq
+import pytest
+
+from engine import Shards, UniversalDataModule
+from engine.sources.adapt import as_source
+from tests.engine.sources.shard_corpus import SPEC, docs, write_corpus
+
+
+@pytest.fixture()
+def corpus(tmp_path, s3_bucket):
+    rows = write_corpus(tmp_path / "corpus")
+    s3_bucket.upload_folder(tmp_path / "corpus", "corpus/")
+    return rows
+
+
+def shards(bucket_or_proxy, bucket, tmp_path, **options):
+    return Shards(bucket.url("corpus/"), storage_options=bucket_or_proxy.storage_options,
+                  cache_dir=str(tmp_path / "cache"), **{"shuffle_window": 64, "retry_wait": 0.01, **options})
+
+
+def module(data, workers=0, **options):
+    return UniversalDataModule(data, task_spec=SPEC, batch_size=8, val_split=0, seed=3, num_workers=workers,
+                               **options)
+
+
+def test_an_s3_corpus_serves_the_batches_of_the_same_files_on_disk(corpus, tmp_path, s3_bucket):
+    local = docs(module(Shards(str(tmp_path / "corpus"), cache_dir=str(tmp_path / "local"),
+                               shuffle_window=64)).train_dataloader())
+    remote = module(shards(s3_bucket, s3_bucket, tmp_path), workers=2)
+    assert docs(remote.train_dataloader()) == local
+    assert sorted(local) == list(range(600))
+
+
+def test_a_resumed_run_continues_exactly_and_fetches_nothing_cached(corpus, tmp_path, s3_bucket, faulty_s3):
+    full = docs(module(shards(s3_bucket, s3_bucket, tmp_path)).train_dataloader())  # fills the cache
+    first = module(shards(faulty_s3, s3_bucket, tmp_path))
+    iterator = iter(first.train_dataloader())
+    served = docs(next(iterator) for _ in range(40))
+    state = pickle.loads(pickle.dumps(first.state_dict()))
+    faulty_s3.reset()
+    resumed = module(shards(faulty_s3, s3_bucket, tmp_path), workers=2)
+    resumed.load_state_dict(state)
+    assert served + docs(resumed.train_dataloader()) == full
+    ranged = [request for request in faulty_s3.requests if request.method == "GET" and request.range]
+    footers = 4  # the listing of the resumed module reads each shard's footer; no row group is fetched again
+    assert len({request.path for request in ranged}) <= footers
+    assert all(request.range and "-" in request.range for request in ranged)
+
+
+@pytest.mark.parametrize(("fault", "options"), [("fail", {"status": 503}), ("fail", {"status": 500}),
+                                                ("fail", {"status": 429}), ("cut", {"after_bytes": 100}),
+                                                ("delay", {"seconds": 0.5})])
+def test_a_transient_failure_is_retried_and_counted_and_nothing_is_lost(corpus, tmp_path, s3_bucket, faulty_s3,
+                                                                         fault, options):
+    source = as_source(shards(faulty_s3, s3_bucket, tmp_path))  # the listing reads the footers first
+    faulty_s3.reset()
+    plan = {"fail": faulty_s3.fail_next, "cut": faulty_s3.cut_next, "delay": faulty_s3.delay_next}[fault]
+    plan(1, match="part-002", method="GET", **options)
+    rows = source.__getitems__(list(range(300, 340)))
+    assert [row["doc"] for row in rows] == list(range(300, 340))
+    assert source.reader.stats["retries"] == (0 if fault == "delay" else 1)
+    assert faulty_s3.pending == 0 and len(faulty_s3.faults) == 1
+
+
+def test_a_persistent_failure_names_the_shard_and_the_attempts(corpus, tmp_path, s3_bucket, faulty_s3):
+    source = as_source(shards(faulty_s3, s3_bucket, tmp_path, retries=2))
+    faulty_s3.reset()
+    faulty_s3.fail_next(50, status=503, match="part-001", method="GET")
+    with pytest.raises(OSError, match=r"row group 0 of shard 's3://.*/corpus/part-001.parquet' failed 3 times "
+                                      r"\(retries=2\)"):
+        source.__getitems__([150])
+    assert source.reader.stats["retries"] == 2
+
+
+def test_a_shard_replaced_or_deleted_in_the_store_is_named(corpus, tmp_path, s3_bucket):
+    source = as_source(shards(s3_bucket, s3_bucket, tmp_path))
+    s3_bucket.replace("corpus/part-003.parquet", (tmp_path / "corpus" / "part-000.parquet").read_bytes())
+    with pytest.raises(ValueError, match=r"shard 's3://.*/corpus/part-003.parquet' changed since it was listed"):
+        source.__getitems__([500])
+    s3_bucket.delete("corpus/part-002.parquet")
+    with pytest.raises(FileNotFoundError, match=r"part-002.parquet' was listed but no longer exists"):
+        source.__getitems__([300])
+
+
+def test_a_bare_s3_url_is_read_as_shards(corpus, tmp_path, s3_bucket, monkeypatch):
+    """A URL given as data needs no wrapper; its store's options come from the environment, as for any fsspec
+    user (here: the test server's endpoint)."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_bucket.storage_options["client_kwargs"]["endpoint_url"])
+    source = as_source(s3_bucket.url("corpus/"))
+    assert len(source) == 600
+    assert pq.read_schema(tmp_path / "corpus" / "part-000.parquet").names == source.column_names
