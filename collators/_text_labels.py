@@ -238,7 +238,8 @@ def _add_seq2seq_labels(options: TextOptions, batch: dict[str, Any], inputs: Row
         flat, lengths = inputs.ids(key)
     else:
         ids = tokenize_column(options.tokenizer, inputs.values(key), key,
-                              max_length=options.max_target_length, target=True, ids_key=field)
+                              max_length=options.max_target_length, target=True, ids_key=field,
+                              rows=inputs.origin)
         flat, lengths = flatten_ids(ids, field)
         consumed.add(key)
     check = _vocab_check(options, options.label_pad_token_id)
