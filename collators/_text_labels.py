@@ -28,7 +28,7 @@ def target_key(options: TextOptions, inputs: RowInputs | ColumnInputs) -> str | 
     """The key the batch's targets come from, or None when no row has one (a batch for prediction).
 
     A key whose value is None in every row counts as absent; None in some rows only raises, naming the row. A batch
-    of the train or val split of a supervised task (``inputs.origin.role``) must have its targets in every row.
+    of the train, val or test split of a supervised task (``inputs.origin.role``) must have its targets in every row.
     """
     required = needs_targets(inputs.origin, options.task_type in SUPERVISED_TASK_TYPES)
     keys = [options.target_field] + ([options.target_text_field] if options.task_type == "seq2seq" else [])
