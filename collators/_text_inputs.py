@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from collators.targets import NULL_HINT, row_name
+
 IDS_EXPECTED = "a 1-D sequence of int token ids (list, tuple, 1-D integer tensor or 1-D integer numpy array)"
 
 
@@ -210,8 +212,11 @@ def check_same_lengths(lengths: torch.Tensor, reference: torch.Tensor, key: str,
 
 
 def tokenize_column(tokenizer: Any, texts: Sequence[Any], key: str, *, max_length: int | None,
-                    target: bool, ids_key: str) -> list[list[int]]:
-    """Tokenize the raw ``texts`` of ``key`` in one batched call (special tokens added, truncated to ``max_length``)."""
+                    target: bool, ids_key: str, rows: Any = None) -> list[list[int]]:
+    """Tokenize the raw ``texts`` of ``key`` in one batched call (special tokens added, truncated to ``max_length``).
+
+    A text that is not a str is refused before the tokenizer sees it, naming its row as ``rows`` (the batch as the
+    collator got it) knows it: its split and index in the data given (:func:`collators.targets.row_name`)."""
     texts = list(texts)
     if tokenizer is None:
         raise ValueError(
@@ -219,10 +224,15 @@ def tokenize_column(tokenizer: Any, texts: Sequence[Any], key: str, *, max_lengt
             f"(or UniversalDataModule(tokenizer=...)) or give token ids under {ids_key!r}"
         )
     for index, text in enumerate(texts):
+        if text is None:
+            raise ValueError(
+                f"{row_name(rows, index)}: {key!r} should hold a str of raw text, but got None ({NULL_HINT}); "
+                f"filter the rows without text out of the data, or fill them"
+            )
         if not isinstance(text, str):
             raise TypeError(
-                f"row {index}: {key!r} should hold a str of raw text, but got {type(text).__name__} {text!r:.60}; "
-                f"give token ids under {ids_key!r} instead"
+                f"{row_name(rows, index)}: {key!r} should hold a str of raw text, but got {type(text).__name__} "
+                f"{text!r:.60}; give token ids under {ids_key!r} instead"
             )
     texts_kwarg = {"text_target" if target else "text": texts}
     encoded = tokenizer(**texts_kwarg, add_special_tokens=True, truncation=max_length is not None,

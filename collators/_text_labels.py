@@ -28,7 +28,7 @@ def target_key(options: TextOptions, inputs: RowInputs | ColumnInputs) -> str | 
     """The key the batch's targets come from, or None when no row has one (a batch for prediction).
 
     A key whose value is None in every row counts as absent; None in some rows only raises, naming the row. A batch
-    of the train or val split of a supervised task (``inputs.origin.role``) must have its targets in every row.
+    of the train, val or test split of a supervised task (``inputs.origin.role``) must have its targets in every row.
     """
     required = needs_targets(inputs.origin, options.task_type in SUPERVISED_TASK_TYPES)
     keys = [options.target_field] + ([options.target_text_field] if options.task_type == "seq2seq" else [])
@@ -238,7 +238,8 @@ def _add_seq2seq_labels(options: TextOptions, batch: dict[str, Any], inputs: Row
         flat, lengths = inputs.ids(key)
     else:
         ids = tokenize_column(options.tokenizer, inputs.values(key), key,
-                              max_length=options.max_target_length, target=True, ids_key=field)
+                              max_length=options.max_target_length, target=True, ids_key=field,
+                              rows=inputs.origin)
         flat, lengths = flatten_ids(ids, field)
         consumed.add(key)
     check = _vocab_check(options, options.label_pad_token_id)

@@ -38,7 +38,7 @@ class AudioCollator:
     gives; bare waveforms are accepted too. A row's ``sampling_rate`` (in the row or that dict) must equal
     ``sample_rate``: nothing is resampled silently. Labels under ``target_field`` are optional (all rows or none:
     rows without any, or with None, are a batch for prediction and give no labels, unless ``require_targets`` and
-    the batch serves the train or val split). Samples must be finite and within [-1, 1] up to
+    the batch serves the train, val or test split). Samples must be finite and within [-1, 1] up to
     :data:`SAMPLE_LIMIT` (one check per batch): NaN would make the features NaN, and int16-scale floats are
     integer PCM that was never scaled.
 
@@ -62,7 +62,7 @@ class AudioCollator:
         features: None, 'mel', 'log_mel' or a picklable callable.
         n_mels: Mel bands; n_fft: FFT size; hop_length: samples between frames.
         num_classes: Int labels must lie in ``[0, num_classes)`` (or be -100, ignored); None skips the check.
-        require_targets: A batch of the train or val split (the engine's batches say which, ``rows.role``) must
+        require_targets: A batch of the train, val or test split (the engine's batches say which, ``rows.role``) must
             carry a label in every row; the registry's factory sets it for a supervised spec.
 
     Raises:

@@ -36,12 +36,12 @@ class DefaultCollator:
             ``default_collate_fn_map`` (the documented extension point); the functions must be module-level
             so the collator still pickles.
         target_field: Key of the target in dict rows; a float target must be finite. None: no key is a target.
-        require_targets: A batch of the train or val split (the engine's batches say which, ``rows.role``) must
+        require_targets: A batch of the train, val or test split (the engine's batches say which, ``rows.role``) must
             carry ``target_field`` in every dict row; the registry's factory sets it for a supervised spec.
 
     Raises:
         ValueError: A dict row lacks a key other rows have, tensors under one key/position differ in shape, or a
-            training or validation row lacks its target, or its float target is NaN or infinite.
+            training, validation or test row lacks its target, or its float target is NaN or infinite.
         TypeError: Values of a type ``default_collate`` cannot batch (other than strings).
 
     Example:
@@ -92,7 +92,7 @@ class DefaultCollator:
 
 def create_default_collator(task_spec: TaskSpec | None = None, **kwargs: Any) -> DefaultCollator:
     """Factory for the registry: a :class:`DefaultCollator`; from a supervised spec, its ``target_field`` with
-    ``require_targets=True`` (training and validation batches must carry their targets)."""
+    ``require_targets=True`` (training, validation and test batches must carry their targets)."""
     if task_spec is not None and task_spec.is_supervised and task_spec.target_field is not None:
         kwargs.setdefault("target_field", task_spec.target_field)
         kwargs.setdefault("require_targets", True)
@@ -156,7 +156,7 @@ def _checked_labels(out: torch.Tensor, key: str, num_classes: int | None, rows: 
 
 
 def check_targets_present(labels: Sequence[Any], rows: Any, key: str, require_targets: bool) -> None:
-    """Refuse a train or val batch (``rows.role``) some row of which lacks its label (:data:`MISSING` in
+    """Refuse a train, val or test batch (``rows.role``) some row of which lacks its label (:data:`MISSING` in
     ``labels``) when ``require_targets`` (a supervised task), naming the first such row."""
     if not needs_targets(rows, require_targets):
         return

@@ -150,7 +150,7 @@ class PackedCollator:
             return (*inputs.ids("input_ids"), set())
         if self.text_field in inputs.keys:
             ids = tokenize_column(self.tokenizer, inputs.values(self.text_field), self.text_field,
-                                  max_length=None, target=False, ids_key="input_ids")
+                                  max_length=None, target=False, ids_key="input_ids", rows=inputs.origin)
             return (*flatten_ids(ids, "input_ids"), {self.text_field})
         raise ValueError(f"row 0 has neither 'input_ids' nor raw text under {self.text_field!r} (keys: "
                          f"{sorted(inputs.keys)}); give token ids under 'input_ids', or text under "

@@ -1,11 +1,12 @@
 """Targets a batch must carry, and how an error names the row at fault.
 
 A batch without targets is a batch for prediction. That is right for prediction data, and silently wrong for the
-training and validation data of a supervised task: the step would see no labels. The engine's batches say which
-split they serve and where their rows came from (``rows.role``, and ``rows.indices``, the rows' indices in the data
-the user gave), so a collator that is told targets are required (``require_targets``) refuses a training or
-validation batch without them, naming the row as the user knows it. Rows without those attributes (a collator
-called on a plain list) are named by their position in the batch, and may lack targets.
+training, validation and test data of a supervised task: the step's loss or metrics would see no labels. The
+engine's batches say which split they serve and where their rows came from (``rows.role``, and ``rows.indices``,
+the rows' indices in the data the user gave), so a collator that is told targets are required
+(``require_targets``) refuses a training, validation or test batch without them, naming the row as the user knows
+it. Rows without those attributes (a collator called on a plain list) are named by their position in the batch,
+and may lack targets.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from typing import Any
 
 import torch
 
-TARGET_ROLES = ("train", "val")
-"""The splits whose batches must carry the targets of a supervised task: their loss needs them."""
+TARGET_ROLES = ("train", "val", "test")
+"""The splits whose batches must carry the targets of a supervised task: their loss and metrics need them
+(prediction is exempt)."""
 
 NULL_HINT = "a NaN in a pandas or Arrow column is read as None"
 
@@ -38,15 +40,15 @@ def needs_targets(rows: Any, require_targets: bool) -> bool:
 
 
 def missing_target(where: str, key: str, found: str) -> ValueError:
-    """The error for the training or validation row ``where`` names (:func:`row_name`) without its target:
+    """The error for the training, validation or test row ``where`` names (:func:`row_name`) without its target:
     ``found`` says what it holds instead (``'labels=None'``, or ``"no 'labels' (the row's keys: [...])"``)."""
     if found.endswith("=None"):
         found, fix = f"{found} ({NULL_HINT})", "fill or drop the rows without a target, or pass them as predict_data"
     else:
         fix = (f"a train_transform or eval_transform must return the target too (return {{**row, ...}}), or the "
                f"rows must carry {key!r} (or name their target field with TaskSpec.target_field)")
-    return ValueError(f"{where}: {key!r} should be the row's target (every train and val row of "
-                      f"a supervised task needs one), but got {found}; {fix}")
+    return ValueError(f"{where}: {key!r} should be the row's target (every train, val and test "
+                      f"row of a supervised task needs one), but got {found}; {fix}")
 
 
 def describe_missing(row: Any, key: str) -> str:

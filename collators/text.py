@@ -217,7 +217,8 @@ class TextCollator:
             return (*inputs.ids("input_ids"), set())
         if self.text_field in inputs.keys:
             ids = tokenize_column(self.tokenizer, inputs.values(self.text_field), self.text_field,
-                                  max_length=self.max_length, target=False, ids_key="input_ids")
+                                  max_length=self.max_length, target=False, ids_key="input_ids",
+                                  rows=inputs.origin)
             return (*flatten_ids(ids, "input_ids"), {self.text_field})
         raise ValueError(
             f"row 0 has neither 'input_ids' nor raw text under {self.text_field!r} (keys: {sorted(inputs.keys)}); "

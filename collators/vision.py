@@ -38,7 +38,7 @@ class VisionCollator:
 
     Rows are dicts holding the image under ``input_field`` (labels under ``target_field`` are optional, but all rows
     or none must have them: rows without any, or with None, are a batch for prediction and give no labels, unless
-    ``require_targets`` and the batch serves the train or val split),
+    ``require_targets`` and the batch serves the train, val or test split),
     ``(image, label)`` tuples, or bare images. An image is a CHW tensor (uint8 is scaled by 1/255; float must
     already be in [0, 1], up to a tolerance of 0.5 for resizing overshoot, or it raises), an HWC numpy array
     (uint8 or float), a 2-D HW grayscale tensor/array (becomes 1xHxW), or a PIL image. PIL modes: 'L' gives 1
@@ -60,13 +60,13 @@ class VisionCollator:
         keep_uint8: Return uint8 ``[B, C, H, W]`` unscaled and unnormalized (every image must be uint8); finish on
             the device with :meth:`normalize_on_device` or :func:`normalize_batch`.
         num_classes: Int labels must lie in ``[0, num_classes)`` (or be -100, ignored); None skips the check.
-        require_targets: A batch of the train or val split (the engine's batches say which, ``rows.role``) must
+        require_targets: A batch of the train, val or test split (the engine's batches say which, ``rows.role``) must
             carry a label in every row; the registry's factory sets it for a supervised spec.
 
     Raises:
         ValueError: Unknown preset, bad mean/std, images of different shapes, a channel/stat mismatch, float
             images far outside [0, 1] (0..255 floats, or normalized already), labels outside the classes, float
-            labels that are NaN or infinite, or a training or validation row without its label.
+            labels that are NaN or infinite, or a training, validation or test row without its label.
         TypeError: An image of an unsupported type or dtype.
 
     Example:

@@ -89,10 +89,12 @@ _BATCH_ROW = re.compile(r"\brow (\d+)\b")
 
 def collate_failure(error: Exception, indices: list[int], role: str) -> str:
     """What failed, in the user's rows: the batch's rows by their index in the data given (not positions in a
-    split or a window), and the row a collator named by its place in the batch ("row 1: ...") by its own index."""
+    split or a window), and the row a collator named by its place in the batch ("row 1: ...") by its own index. A
+    row the collator already named as the user's ("train row 13: ...", :func:`collators.targets.row_name`) is left
+    as it is."""
     rows = list(dict.fromkeys(indices))  # windows of one row name it once
     message = f"collating the batch of rows {rows[:16]}{' ...' if len(rows) > 16 else ''} of the {role} data failed"
-    named = _BATCH_ROW.search(str(error))
+    named = re.compile(rf"(?<!\b{re.escape(role)} )" + _BATCH_ROW.pattern).search(str(error))
     if named is not None and int(named.group(1)) < len(indices):
         place = int(named.group(1))
         message += f" at row {indices[place]} of the {role} data (the batch's row {place})"

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -96,6 +97,16 @@ class MultiDataModule(lightning.LightningDataModule):
             for name, kwargs in child_arguments(train_data, task_spec, seed, options).items()}
         self._train_loader: MultiDataLoader | None = None
         self._pending_loader_state: dict[str, Any] | None = None
+        self._lock = threading.RLock()  # the first train loader is built once, whichever threads ask
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.pop("_lock", None)  # a lock does not pickle; the copy gets its own
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
 
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: Any, map_location: Any = None, **data: Any) -> MultiDataModule:
@@ -126,14 +137,17 @@ class MultiDataModule(lightning.LightningDataModule):
         return {name: child.split_sizes for name, child in self.children.items()}
 
     def train_dataloader(self) -> MultiDataLoader:
-        """The schedule over the children's train loaders; the same object on every call."""
-        if self._train_loader is None:
-            loaders = {name: child.train_dataloader() for name, child in self.children.items()}
-            self._train_loader = build_multi_loader(loaders, self.multi_config)
-            if self._pending_loader_state is not None:
-                self._train_loader.load_state_dict(self._pending_loader_state)
-                self._pending_loader_state = None
-        return self._train_loader
+        """The schedule over the children's train loaders; the same object on every call (from any thread: the
+        first calls build one loader together)."""
+        with self._lock:  # the loader is handed out only once built, with any loaded state
+            if self._train_loader is None:
+                loaders = {name: child.train_dataloader() for name, child in self.children.items()}
+                loader = build_multi_loader(loaders, self.multi_config)
+                if self._pending_loader_state is not None:
+                    loader.load_state_dict(self._pending_loader_state)
+                    self._pending_loader_state = None
+                self._train_loader = loader
+            return self._train_loader
 
     def val_dataloader(self) -> dict[str, Any] | list[Any]:
         """``{name: loader}`` of the children that have validation data; ``[]`` when none has."""
@@ -169,18 +183,20 @@ class MultiDataModule(lightning.LightningDataModule):
         return {**self.identity(), MULTI: loader}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Check every child's data against the state, then continue the schedule where it stopped."""
+        """Check every child's data against the state, then continue the schedule where it stopped. Thread-safe: it
+        waits for a train loader being built, and the next ``train_dataloader()`` continues from this state."""
         check_structure(state_dict, required=(VERSION, CHILDREN, MULTI))
         check_compatible(state_dict, {VERSION: STATE_VERSION})
         saved = state_dict[CHILDREN]
         if sorted(saved) != sorted(self.children):
             raise ValueError(f"the checkpoint has datasets {sorted(saved)}, but this module has "
                              f"{sorted(self.children)}; resume with the same named datasets")
-        for name, child in self.children.items():  # their positions are in the multi-loader's state
-            check_compatible(saved[name], child.identity())  # the schedule is not elastic: same ranks and workers
-            child.load_state_dict({**saved[name], EPOCH: 0, TRAIN_LOADER: None})
-        self._train_loader = None
-        self._pending_loader_state = state_dict.get(MULTI)
+        with self._lock:
+            for name, child in self.children.items():  # their positions are in the multi-loader's state
+                check_compatible(saved[name], child.identity())  # not elastic: same ranks and workers
+                child.load_state_dict({**saved[name], EPOCH: 0, TRAIN_LOADER: None})
+            self._train_loader = None
+            self._pending_loader_state = state_dict.get(MULTI)
 
     def report(self, name: str | None = None) -> DataReport:
         """The report of the child ``name`` (see ``UniversalDataModule.report``); every child has its own."""

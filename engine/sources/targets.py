@@ -1,10 +1,10 @@
-"""The targets of a training or validation split, checked at setup where the data hold them as one column.
+"""The targets of a training, validation or test split, checked at setup where the data hold them as one column.
 
-A supervised task's training and validation rows must each carry a finite target. Where the targets are a column
-in memory (an Arrow table, or a dict of tensor, array or list columns), one vectorized pass over the split finds a
-missing one (a null: pandas' NaN is stored as null in Arrow) or a NaN or infinite float, and setup names the row.
-Other data are checked batch by batch by the collators (``require_targets``, :mod:`collators.targets`), and so
-is a split with a transform, which may fill or change its targets.
+A supervised task's training, validation and test rows must each carry a finite target. Where the targets are a
+column in memory (an Arrow table, or a dict of tensor, array or list columns), one vectorized pass over the split
+finds a missing one (a null: pandas' NaN is stored as null in Arrow) or a NaN or infinite float, and setup names
+the row. Other data are checked batch by batch by the collators (``require_targets``, :mod:`collators.targets`),
+and so is a split with a transform, which may fill or change its targets.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from task_spec import TaskSpec
 
 
 def check_split_targets(source: MapSource, spec: TaskSpec | None, role: str, *, transformed: bool = False) -> None:
-    """Refuse a train or val split of a supervised ``spec`` whose target column holds a null or a non-finite float,
-    naming the first such row by its index in the data the user gave; data not held as columns pass unread, and so
-    does a split with a transform (``transformed``): what it returns is checked in its batches."""
+    """Refuse a train, val or test split of a supervised ``spec`` whose target column holds a null or a non-finite
+    float, naming the first such row by its index in the data the user gave; data not held as columns pass unread,
+    and so does a split with a transform (``transformed``): what it returns is checked in its batches."""
     if role not in TARGET_ROLES or spec is None or not spec.is_supervised or spec.target_field is None:
         return
     if transformed:

@@ -1,5 +1,5 @@
-"""Tests for collators.targets and ``require_targets``: a train or val batch of a supervised task must carry its
-targets, float targets must be finite, and errors name a row by its split and index when the batch says them."""
+"""Tests for collators.targets and ``require_targets``: a train, val or test batch of a supervised task must carry
+its targets, float targets must be finite, and errors name a row by its split and index when the batch says them."""
 
 from __future__ import annotations
 
@@ -39,17 +39,16 @@ class TestRowName:
 
 
 class TestRequireTargets:
-    def test_without_a_split_or_in_test_and_predict_a_batch_may_lack_labels(self):
+    def test_without_a_split_or_in_predict_a_batch_may_lack_labels(self):
         collate = VisionCollator(require_targets=True)
         assert "labels" not in collate(images(2))
-        for role in ("test", "predict"):
-            assert "labels" not in collate(Batch(images(2), role=role))
+        assert "labels" not in collate(Batch(images(2), role="predict"))
 
-    @pytest.mark.parametrize("role", ["train", "val"])
-    def test_train_and_val_batches_must_carry_them(self, role):
-        with pytest.raises(ValueError, match=rf"^{role} row 10: 'labels' should be the row's target \(every train "
-                                             r"and val row of a supervised task needs one\), but got no 'labels' "
-                                             r"\(the row's keys: \['pixel_values'\]\); a train_transform"):
+    @pytest.mark.parametrize("role", ["train", "val", "test"])
+    def test_train_val_and_test_batches_must_carry_them(self, role):
+        with pytest.raises(ValueError, match=rf"^{role} row 10: 'labels' should be the row's target \(every train, "
+                                             r"val and test row of a supervised task needs one\), but got no "
+                                             r"'labels' \(the row's keys: \['pixel_values'\]\); a train_transform"):
             VisionCollator(require_targets=True)(Batch(images(2), role=role))
         with pytest.raises(ValueError, match=rf"^{role} row 11: 'labels' should be .*, but got labels=None \(a NaN "
                                              r"in a pandas or Arrow column is read as None\); fill or drop"):
@@ -80,6 +79,8 @@ class TestRequireTargets:
         with pytest.raises(ValueError, match=r"^train row 10: 'labels' should be the row's target .* but got no "
                                              r"'labels' \(the row's keys: \['input_ids'\]\)"):
             collate(Batch(rows))
+        with pytest.raises(ValueError, match=r"^test row 10: 'labels' should be the row's target"):
+            collate(Batch(rows, role="test"))
         assert "labels" in TextCollator(task_type="causal_lm", pad_token_id=0)(Batch(rows))  # derived from inputs
 
     def test_the_default_collator_checks_dict_rows(self):
@@ -89,6 +90,9 @@ class TestRequireTargets:
             collate(Batch(rows))
         with pytest.raises(ValueError, match=r"^val row 10: 'y' should be the row's target .*but got no 'y'"):
             collate(Batch([{"x": torch.ones(2)}] * 2, role="val"))
+        with pytest.raises(ValueError, match=r"^test row 11: 'y' should be the row's target .*y=None"):
+            collate(Batch(rows, role="test"))
+        assert "y" not in collate(Batch([{"x": torch.ones(2)}] * 2, role="predict"))
 
 
 class TestFiniteTargets:

@@ -17,9 +17,11 @@ from transformers import (
     DataCollatorWithPadding,
 )
 
+from collators.packed import PackedCollator
 from collators.text import TextCollator, create_text_collator
 from task_spec import TaskSpec
 from tests.collators.conftest import build_tokenizer
+from tests.collators.test_targets import Batch
 
 SOURCES = ["the cat sat on the mat", "a dog", "birds sing at dawn and dusk tonight", "", "rain"]
 TARGETS = ["the mat", "a dog ran in the park", "", "we read", "old ships"]
@@ -270,6 +272,24 @@ class TestRawText:
         with pytest.raises(ValueError, match=r"row 0 has neither 'input_ids' nor raw text under 'text' "
                                              r"\(keys: \['x'\]"):
             TextCollator(tokenizer=tokenizer)([{"x": 1}])
+
+    @pytest.mark.parametrize(("make", "key"), [
+        (lambda tokenizer: TextCollator(tokenizer=tokenizer), "text"),
+        (lambda tokenizer: PackedCollator(tokenizer=tokenizer), "text"),
+        (lambda tokenizer: create_text_collator(TaskSpec.seq2seq_tiny(), tokenizer=tokenizer), "source"),
+    ])
+    @pytest.mark.parametrize("role", ["train", "val", "predict"])
+    def test_a_text_of_none_is_refused_naming_its_split_row_and_the_fix(self, tokenizer, make, key, role):
+        rows = [{"text": "the cat", "source": "a dog", "target": "the mat"} for _ in range(3)]
+        rows[1] = {**rows[1], key: None}
+        with pytest.raises(ValueError, match=rf"^{role} row 7: {key!r} should hold a str of raw text, but got None "
+                                             r"\(a NaN in a pandas or Arrow column is read as None\); filter the "
+                                             r"rows without text out of the data, or fill them$"):
+            make(tokenizer)(Batch(rows, role=role, indices=[4, 7, 1]))
+
+    def test_outside_the_engine_a_text_of_none_is_named_by_its_place(self, tokenizer):
+        with pytest.raises(ValueError, match=r"^row 1: 'text' should hold a str of raw text, but got None"):
+            TextCollator(tokenizer=tokenizer)([{"text": "the cat"}, {"text": None}])
 
 
 class TestTargets:

@@ -1,5 +1,5 @@
 """Values that would train on the wrong thing without a word are refused, naming the split, the row's index in the
-data the user gave, the field and the fix: training and validation batches of a supervised task without their
+data the user gave, the field and the fix: training, validation and test batches of a supervised task without their
 targets (a transform that dropped them, NaN read as null), non-finite targets, and audio that is NaN or at int16
 scale. At setup where the data's columns show it, else at the first batch that holds it, with 0 and 2 workers."""
 
@@ -65,7 +65,7 @@ class TestMissingTargets:
         dm.setup()
         first = int(dm.split_plan.train[0])  # the row's index in the data given, not its position in the split
         with pytest.raises(ValueError, match=rf"train row {first}: 'labels' should be the row's target \(every "
-                                             r"train and val row of a supervised task needs one\), but got no "
+                                             r"train, val and test row of a supervised task needs one\), but got no "
                                              r"'labels' \(the row's keys: \['pixel_values'\]\); .*train_transform"):
             first_batch_of(dm)
         assert sorted(first_batch_of(dm, "val")) == ["labels", "pixel_values"]  # eval_transform is not the train one
@@ -113,6 +113,45 @@ class TestMissingTargetsAtSetup:
         data = datasets.Dataset.from_dict({"input_ids": [[5, 6, 7]] * 4})
         dm = UniversalDataModule(predict_data=data, task_spec=REGRESSION, batch_size=4)
         assert sorted(next(iter(dm.predict_dataloader()))) == ["attention_mask", "input_ids"]
+
+
+class TestTestSplitTargets:
+    """test_step computes metrics against the labels: the test split is held to the rule of train and val."""
+
+    def test_a_test_batch_without_targets_is_refused_naming_the_row(self):
+        data = Rows(token_row, bad=range(4, 8), key="labels", value=None)
+        dm = UniversalDataModule(Rows(token_row, bad=(), key="labels", value=None), test_data=data,
+                                 task_spec=REGRESSION, batch_size=4)
+        loader = iter(dm.test_dataloader())
+        assert next(loader)["labels"].tolist() == [0.0, 1.0, 2.0, 3.0]
+        with pytest.raises(ValueError, match=r"test row 4: 'labels' should be the row's target \(every train, val "
+                                             r"and test row of a supervised task needs one\), but got labels=None "
+                                             r".*; fill or drop the rows without a target, or pass them as "
+                                             r"predict_data"):
+            next(loader)
+
+    def test_an_eval_transform_that_drops_the_target_is_refused_on_a_test_split(self):
+        rows = {"pixel_values": [torch.zeros(3, 8, 8, dtype=torch.uint8)] * 16, "labels": [1] * 16}
+        dm = UniversalDataModule(rows, task_spec=TaskSpec.vision_tiny(), batch_size=4, test_split=4,
+                                 eval_transform=without_labels)
+        dm.setup()
+        first = int(dm.split_plan.test[0])
+        with pytest.raises(ValueError, match=rf"test row {first}: 'labels' should be the row's target .*, but got "
+                                             r"no 'labels' \(the row's keys: \['pixel_values'\]\)"):
+            next(iter(dm.test_dataloader()))
+
+    def test_a_null_target_in_a_test_column_is_refused_at_setup(self):
+        frame = pd.DataFrame({"input_ids": [[5, 6, 7]] * 6, "labels": [1.0, 2.0, float("nan"), 4.0, 5.0, 6.0]})
+        dm = UniversalDataModule(Rows(token_row, bad=(), key="labels", value=None),
+                                 test_data=datasets.Dataset.from_pandas(frame), task_spec=REGRESSION, batch_size=2)
+        with pytest.raises(ValueError, match=r"test row 2: 'labels' should be the row's target .*, but got "
+                                             r"labels=None"):
+            dm.setup()
+
+    def test_prediction_batches_stay_exempt(self):
+        data = Rows(token_row, bad=range(16), key="labels", value=None)
+        dm = UniversalDataModule(predict_data=data, task_spec=REGRESSION, batch_size=4)
+        assert all("labels" not in batch for batch in dm.predict_dataloader())
 
 
 def filled(row):

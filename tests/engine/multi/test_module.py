@@ -1,12 +1,17 @@
 """Several named datasets through one module: each keeps its spec and collator; one resumable schedule."""
 
 import itertools
+import pickle
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import lightning
 import pytest
 import torch
 
 from engine import MultiDataModule, UniversalDataModule
+from engine.multi import module as multi_module
 from engine.multi.config import MultiDataLoaderConfig
 from task_spec import TaskSpec
 from tests.engine.test_module_options import SMALL_IMAGES, Images
@@ -103,6 +108,58 @@ class TestResume:
         with pytest.raises(ValueError, match="does not match this data module"):
             MultiDataModule({"lm": tokens(41), "img": Images(16)}, task_spec={"lm": LM, "img": SMALL_IMAGES},
                             batch_size=4, val_split=0.25, seed=7).load_state_dict(state)
+
+
+class TestThreads:
+    """The first train loader is built once whichever threads ask, and a state loaded meanwhile is not lost."""
+
+    def test_the_first_train_dataloader_from_eight_threads_builds_one_loader(self, monkeypatch):
+        built, build = [], multi_module.build_multi_loader
+
+        def slow(*args, **kwargs):
+            built.append(1)
+            time.sleep(0.05)  # the window in which a check-then-act race would let another thread in
+            return build(*args, **kwargs)
+
+        monkeypatch.setattr(multi_module, "build_multi_loader", slow)
+        dm, barrier = module(), threading.Barrier(8)
+
+        def first_loader(thread):
+            barrier.wait()
+            if thread % 2:
+                dm.setup("fit")
+            return dm.train_dataloader()
+
+        with ThreadPoolExecutor(8) as pool:
+            loaders = list(pool.map(first_loader, range(8)))
+        assert len(built) == 1
+        assert all(loader is loaders[0] for loader in loaders) and dm.train_dataloader() is loaders[0]
+        assert take(dm, 20) == take(module(), 20)
+
+    def test_a_state_loaded_while_another_thread_builds_the_loader_is_where_training_continues(self, monkeypatch):
+        reference, first = take(module(), 20), module()
+        take(first, 6)
+        state = first.state_dict()
+        building, loaded, build = threading.Event(), threading.Event(), multi_module.build_multi_loader
+
+        def held(*args, **kwargs):
+            building.set()
+            loaded.wait(timeout=0.5)  # without the lock the load runs inside this window
+            return build(*args, **kwargs)
+
+        monkeypatch.setattr(multi_module, "build_multi_loader", held)
+        resumed = module()
+        with ThreadPoolExecutor(1) as pool:
+            started = pool.submit(resumed.train_dataloader)
+            assert building.wait(timeout=60)
+            resumed.load_state_dict(state)
+            loaded.set()
+            started.result()
+        assert take(resumed, 14) == reference[6:]
+
+    def test_the_module_still_pickles(self):
+        dm = module()
+        assert take(pickle.loads(pickle.dumps(dm)), 5) == take(dm, 5)
 
 
 def test_lightning_fit_receives_named_batches():

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from engine import UniversalDataModule
+from engine.collation.seeded_collate import collate_failure
 from engine.sources.bad_rows import DataRowError, named_error
 from task_spec import TaskSpec
 
@@ -100,3 +101,36 @@ class TestRowsAreTheUsersOwn:
         assert 13 in dm.split_plan.train
         with pytest.raises(TypeError, match=r"of the train data failed at row 13 of the train data"):
             list(dm.train_dataloader())
+
+
+class Texts(torch.utils.data.Dataset):
+    """Raw text in a map-style torch dataset, tokenized by the collator at batch time; row 5 has no text."""
+
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, index):
+        return {"text": None if index == 5 else f"row {index} says hello"}
+
+
+class TestTextOfNone:
+    @pytest.mark.parametrize(("val_split", "split"), [(0.0, "train"), (6, "val")])
+    def test_a_row_without_text_is_named_with_its_split_and_the_fix(self, tokenizer, val_split, split):
+        dm = UniversalDataModule(Texts(), task_spec=TaskSpec.lm_tiny(), tokenizer=tokenizer, batch_size=4,
+                                 val_split=val_split, seed=4)
+        dm.setup()
+        assert 5 in getattr(dm.split_plan, split)
+        with pytest.raises(ValueError, match=rf"of the {split} data failed \(ValueError: {split} row 5: 'text' "
+                                             r"should hold a str of raw text, but got None \(a NaN in a pandas or "
+                                             r"Arrow column is read as None\); filter the rows without text out of "
+                                             r"the data, or fill them\)$"):
+            drain(dm)
+
+
+def test_a_row_the_collator_named_by_its_own_index_is_not_read_as_a_place_in_the_batch():
+    error = ValueError("train row 2: 'labels' should be the row's target")
+    assert collate_failure(error, [3, 0, 1, 2], "train") == (
+        "collating the batch of rows [3, 0, 1, 2] of the train data failed")
+    assert collate_failure(ValueError("row 2: bad"), [3, 0, 1, 2], "train") == (
+        "collating the batch of rows [3, 0, 1, 2] of the train data failed at row 1 of the train data (the "
+        "batch's row 2)")
