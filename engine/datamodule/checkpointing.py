@@ -60,14 +60,15 @@ class CheckpointedModule:
         resume on another number of ranks or workers (elastic, with the same global batch). A train loader already
         handed out is replaced; iterators still running over it raise rather than yield stale rows."""
         check_structure(state_dict)
-        # not state_dict(): that would query the loader too. Map-style data resume on other ranks and workers.
-        check_compatible(state_dict, self.identity(), elastic=self._stream is None)
-        if self._stream is not None and state_dict.get("train_loader"):
-            check_resumable(self._stream)
-        if SKIPPED_ROWS in state_dict:
-            self.skipped.load_state(state_dict[SKIPPED_ROWS])
-        self._position.load(state_dict, retired_because=(
-            "UniversalDataModule.load_state_dict() replaced this train loader; call dm.train_dataloader() "
-            "again and iterate the new loader to continue from the loaded state"))
-        if "train" in self.datasets:
-            self.train_dataloader()  # hands the loader its state now, so a bad position is refused here
+        with self._lock:  # not between another thread's setup and its first train loader
+            # not state_dict(): that would query the loader too. Map-style data resume on other ranks and workers.
+            check_compatible(state_dict, self.identity(), elastic=self._stream is None)
+            if self._stream is not None and state_dict.get("train_loader"):
+                check_resumable(self._stream)
+            if SKIPPED_ROWS in state_dict:
+                self.skipped.load_state(state_dict[SKIPPED_ROWS])
+            self._position.load(state_dict, retired_because=(
+                "UniversalDataModule.load_state_dict() replaced this train loader; call dm.train_dataloader() "
+                "again and iterate the new loader to continue from the loaded state"))
+            if "train" in self.datasets:
+                self.train_dataloader()  # hands the loader its state now, so a bad position is refused here

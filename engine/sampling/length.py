@@ -87,7 +87,8 @@ class _LengthAware(EpochBatchSampler):
         return self._digest
 
     def _options(self) -> tuple[Any, ...]:
-        return (type(self).__name__, self.mega_batch_factor, self.uneven, self.order and self.order.window)
+        window = (self.order.window,) if self.order is not None else ()  # states saved without one hash as before
+        return (type(self).__name__, self.mega_batch_factor, self.uneven, *window)
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "fingerprint": self._fingerprint()}
