@@ -169,7 +169,11 @@ def _map_loader(source: Any, sampler: Sampler[list[int]], config: DataLoaderConf
     """The loader of map-style data, with the executor of ``config``: background threads (``num_threads``) when the
     sampler is one of the engine's resumable ones, else torchdata's iterators (in this process, or in worker
     processes). Prediction keeps torch's ``BatchSampler``, which Lightning wraps to track indices, so it loads on
-    the step's path."""
+    the step's path. Over sharded data, each batch also names the rows of the batch that the executor will ask for
+    next once this one is taken, so their row groups are fetched while the step runs."""
+    if isinstance(source, ShardedSource) and isinstance(sampler, EpochBatchSampler):
+        in_flight = max(1, config.num_workers or config.num_threads or 1) * (config.prefetch_factor or 2)
+        sampler.look_ahead = in_flight + 1
     if config.num_threads and isinstance(sampler, EpochBatchSampler):
         threads = Threads(config.num_threads, config.prefetch_factor or 2)
         return ResumableLoader(source, batch_sampler=sampler, collate_fn=common["collate_fn"], num_workers=0,

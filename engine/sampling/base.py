@@ -29,6 +29,9 @@ class BatchIndices(list):
 
     rng_seed: int | None = None
     epoch: int | None = None
+    ahead: list[int] | None = None
+    """The rows of the batch :attr:`EpochBatchSampler.look_ahead` batches later, so a source that fetches from
+    object storage can start reading them now (:mod:`engine.sources.sharded`); None when not asked for."""
 
 
 class EpochHandle:
@@ -66,6 +69,10 @@ class EpochBatchSampler(Sampler[list[int]]):
 
     reseed_each_epoch = True
     """Whether per-batch randomness changes with the epoch (training) or repeats every pass (evaluation)."""
+
+    look_ahead = 0
+    """How many batches ahead each batch names the rows of (:attr:`BatchIndices.ahead`); 0: none. Set by the
+    factory for sources that read ahead (sharded data)."""
 
     def __init__(self, *, seed: int = 0) -> None:
         self.seed = seed
@@ -129,6 +136,8 @@ class EpochBatchSampler(Sampler[list[int]]):
             batch = BatchIndices(batches[position])
             batch.epoch = epoch if self.reseed_each_epoch else 0
             batch.rng_seed = batch_seed(self.seed, batch.epoch, batch)
+            if self.look_ahead and position + self.look_ahead < len(batches):
+                batch.ahead = list(batches[position + self.look_ahead])
             self._pass = self._pass.advanced(position + 1)
             yield batch
         self._pass = self._pass.finished(epoch)

@@ -20,6 +20,7 @@ import os
 import time
 import uuid
 from collections import Counter, OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -90,8 +91,11 @@ class RowGroupReader:
         self.budget = shards.cache_bytes
         self._system: Any = None
         self._open: OrderedDict[int, Any] = OrderedDict()
+        self._pending: dict[int, Future[Any]] = {}
+        self._pool: ThreadPoolExecutor | None = None
         self.stats: Counter[str] = Counter()
-        """This process's counts: ``fetched`` row groups, ``cache_hits``, ``retries``, ``bytes_fetched``."""
+        """This process's counts: ``fetched`` row groups, ``cache_hits``, ``retries``, ``bytes_fetched``,
+        ``evicted``, ``read_ahead`` (row groups fetched ahead of their batch)."""
 
     @property
     def system(self) -> Any:
@@ -111,6 +115,9 @@ class RowGroupReader:
         if table is not None:
             self._open.move_to_end(group)
             return table
+        pending = self._pending.pop(group, None)
+        if pending is not None:
+            pending.exception()  # waits; a failed read ahead is read again below, raising or retrying as usual
         path = self.cache_path(group)
         table = self._mapped(path)
         if table is None:
@@ -126,6 +133,21 @@ class RowGroupReader:
         if len(self._open) > OPEN_GROUPS:
             self._open.popitem(last=False)
         return table
+
+    def read_ahead(self, groups: list[int]) -> None:
+        """Fetch ``groups`` into the cache in background threads (two), unless open, cached or already on the way."""
+        for group in groups:
+            if group in self._open or group in self._pending or self.cache_path(group).exists():
+                continue
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="shard-read-ahead")
+            self._pending[group] = self._pool.submit(self._fetch_ahead, group)
+
+    def _fetch_ahead(self, group: int) -> None:
+        path = self.cache_path(group)
+        if not path.exists():
+            self._store(path, self.fetch(group))
+            self.stats["read_ahead"] += 1
 
     def _mapped(self, path: Path) -> Any:
         import pyarrow as pa

@@ -74,10 +74,15 @@ class ShardedSource(ColumnarSource):
     def __getitems__(self, indices: Sequence[int]) -> Any:
         # The batch's row groups first: a shard that fails to read (after its retries), changed or went is raised
         # as it is, naming the shard, rather than searched for row by row (each row would retry the fetch again).
-        rows = self.corpus_rows(list(indices))
-        for group in np.unique(np.searchsorted(self.listing.group_start, rows, side="right") - 1).tolist():
+        for group in self._groups(self.corpus_rows(list(indices))):
             self.reader.table(group)
+        ahead = getattr(indices, "ahead", None)
+        if ahead:  # a later batch's row groups, fetched in the background while this batch is collated and used
+            self.reader.read_ahead(self._groups(self.corpus_rows(ahead)))
         return super().__getitems__(indices)
+
+    def _groups(self, rows: np.ndarray) -> list[int]:
+        return np.unique(np.searchsorted(self.listing.group_start, rows, side="right") - 1).tolist()
 
     def _table(self, positions: Sequence[int]) -> Any:
         """The rows at ``positions`` as one ``pyarrow.Table``, in the order asked, read group by group."""
