@@ -255,3 +255,41 @@ def test_a_split_of_shards_serves_its_rows(corpus, tmp_path):
     val = docs(dm.val_dataloader())
     assert len(train) == 500 and len(val) == 100 and sorted(train + val) == list(range(600))
     assert torch.is_tensor(next(iter(dm.val_dataloader()))["input_ids"])
+
+
+def test_the_report_reads_the_lengths_of_the_shards(corpus, tmp_path):
+    from engine.tools.report import collect
+
+    folder, rows = corpus
+    dm = module(shards(folder, tmp_path), val_split=100)
+    dm.setup()
+    numbers = collect(dm)[0]
+    assert numbers["split_sizes"] == {"train": 500, "val": 100}
+    train = [len(rows[i]) for i in dm.split_plan.train.tolist()]
+    stats = numbers["lengths"]["train"]
+    assert (stats["rows"], stats["total"], stats["max"]) == (500, sum(train), max(train))
+    assert "<svg" in dm.report()._repr_html_()
+
+
+def add_marker(row, generator):
+    """A per-row transform: token 1 prepended, and a random bit drawn from the row's own generator."""
+    return {**row, "input_ids": [1, *row["input_ids"]], "bit": int(torch.randint(2, (1,), generator=generator))}
+
+
+def fails_on_doc_7(row, generator):
+    if row["doc"] == 7:
+        raise ValueError("bad row")
+    return row
+
+
+def test_transforms_and_skipped_rows_work_on_shards(corpus, tmp_path):
+    folder, _ = corpus
+    first = [batch for batch in module(shards(folder, tmp_path), train_transform=add_marker).train_dataloader()]
+    again = [batch for batch in module(shards(folder, tmp_path), train_transform=add_marker,
+                                       workers=2).train_dataloader()]
+    assert all(bool((batch["input_ids"][:, 0] == 1).all()) for batch in first)
+    assert [batch["bit"].tolist() for batch in first] == [batch["bit"].tolist() for batch in again]
+    dm = module(shards(folder, tmp_path), train_transform=fails_on_doc_7, on_error="skip")
+    served = epoch(dm)
+    assert sorted(served) == [doc for doc in range(600) if doc != 7]
+    assert [(row.index, row.split) for row in dm.skipped.records] == [(7, "train")]
