@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -10,6 +9,7 @@ import lightning
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from engine.core.distributed import check_trainer_keeps_our_samplers, resolve_world
+from engine.core.locks import ModuleLock
 from engine.core.rng import drawn_seed
 from engine.datamodule import options
 from engine.datamodule.checkpointing import CheckpointedModule
@@ -148,16 +148,7 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
         self.truncation: dict[str, int] | None = None  # rows and tokens that max_length cuts, after setup
         self.long_rows_report: dict[str, dict[str, Any]] = {}  # per split: what long_rows did, after setup
         self._factory, self._position, self._fingerprint = DataLoaderFactory(), TrainPosition(), None
-        self._lock = threading.RLock()  # setup and the first train loader run once, whichever threads ask
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state.pop("_lock", None)  # a lock does not pickle; the copy gets its own
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.RLock()
+        self._lock = ModuleLock()  # setup and the first train loader run once, whichever threads ask
 
     def prepare_data(self) -> None:
         """Tokenize raw text into the on-disk cache; Lightning runs this once per machine (local rank 0)."""

@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import dataclasses
-import threading
 from collections.abc import Mapping
 from typing import Any
 
 import lightning
 
+from engine.core.locks import ModuleLock
 from engine.core.rng import derive_seed, drawn_seed
 from engine.datamodule.checkpointing import read_configuration
 from engine.datamodule.options import checkpoint_configuration, record_configuration, restore_configuration
@@ -97,16 +97,7 @@ class MultiDataModule(lightning.LightningDataModule):
             for name, kwargs in child_arguments(train_data, task_spec, seed, options).items()}
         self._train_loader: MultiDataLoader | None = None
         self._pending_loader_state: dict[str, Any] | None = None
-        self._lock = threading.RLock()  # the first train loader is built once, whichever threads ask
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state.pop("_lock", None)  # a lock does not pickle; the copy gets its own
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.RLock()
+        self._lock = ModuleLock()  # the first train loader is built once, whichever threads ask
 
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: Any, map_location: Any = None, **data: Any) -> MultiDataModule:

@@ -16,13 +16,15 @@ GLOBAL_BATCH = 8
 
 
 class Recorder(lightning.LightningModule):
-    def __init__(self):
+    """Trains a tiny model and records the ids (under ``key``) of the rows it trained on."""
+
+    def __init__(self, key="row_id", vocab=64):
         super().__init__()
-        self.embed, self.head = torch.nn.Embedding(64, 8), torch.nn.Linear(8, 64)
+        self.key, self.embed, self.head = key, torch.nn.Embedding(vocab, 8), torch.nn.Linear(8, vocab)
         self.rows: list[int] = []
 
     def training_step(self, batch, batch_index):
-        self.rows.extend(int(i) for i in batch["row_id"])
+        self.rows.extend(int(i) for i in batch[self.key])
         logits = self.head(self.embed(batch["input_ids"]))
         return torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten())
 

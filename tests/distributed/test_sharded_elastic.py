@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.distributed._lightning_shards import Recorder, module, trainer
+from tests.distributed._lightning_elastic import Recorder, trainer
+from tests.distributed._lightning_shards import module
 from tests.engine.sources.shard_corpus import write_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,7 +25,7 @@ def test_a_ddp_run_on_s3_shards_resumes_on_one_device(tmp_path, s3_bucket):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     served = [row for r in range(2) for row in json.loads((tmp_path / f"rank{r}.json").read_text())]
     assert len(served) == len(set(served)) == 48  # 3 steps of 2 ranks x 8 rows
-    resumed = Recorder()
+    resumed = Recorder("doc", vocab=50257)
     steps = 3 + 5  # the rest of the epoch on 1 device: 72 rows in 5 steps of 16 rows, the last of 8
     trainer(1, steps).fit(resumed, datamodule=module(1, url, options, str(tmp_path / "cache")),
                           ckpt_path=tmp_path / "ddp.ckpt")

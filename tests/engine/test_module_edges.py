@@ -4,9 +4,7 @@ import copy
 import logging
 import pickle
 import re
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import datasets
 import numpy as np
@@ -19,6 +17,7 @@ from engine import DataLoaderConfig, UniversalDataModule
 from engine.datamodule import universal
 from engine.loading.factory import DataLoaderFactory
 from task_spec import TaskSpec
+from tests.engine.concurrency import first_loaders_from_threads
 
 ROWS = [torch.randint(5, 100, (n,)) for n in range(5, 25)]
 
@@ -95,16 +94,7 @@ class TestThreads:
         monkeypatch.setattr(universal, "prepare_inputs", counted("setup", prepare))
         monkeypatch.setattr(DataLoaderFactory, "train_dataloader", counted("loader", build))
         dm = UniversalDataModule(ROWS, task_spec=TaskSpec.lm_tiny(), batch_size=4)
-        barrier = threading.Barrier(8)
-
-        def first_loader(thread):
-            barrier.wait()
-            if thread % 2:
-                dm.setup("fit")
-            return dm.train_dataloader()
-
-        with ThreadPoolExecutor(8) as pool:
-            loaders = list(pool.map(first_loader, range(8)))
+        loaders = first_loaders_from_threads(dm)
         assert calls == {"setup": 1, "loader": 1}
         assert all(loader is loaders[0] for loader in loaders) and dm.train_dataloader() is loaders[0]
         next(iter(loaders[0]))

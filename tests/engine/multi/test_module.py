@@ -14,6 +14,7 @@ from engine import MultiDataModule, UniversalDataModule
 from engine.multi import module as multi_module
 from engine.multi.config import MultiDataLoaderConfig
 from task_spec import TaskSpec
+from tests.engine.concurrency import first_loaders_from_threads
 from tests.engine.test_module_options import SMALL_IMAGES, Images
 from tests.engine.test_resume import fingerprint
 
@@ -122,16 +123,8 @@ class TestThreads:
             return build(*args, **kwargs)
 
         monkeypatch.setattr(multi_module, "build_multi_loader", slow)
-        dm, barrier = module(), threading.Barrier(8)
-
-        def first_loader(thread):
-            barrier.wait()
-            if thread % 2:
-                dm.setup("fit")
-            return dm.train_dataloader()
-
-        with ThreadPoolExecutor(8) as pool:
-            loaders = list(pool.map(first_loader, range(8)))
+        dm = module()
+        loaders = first_loaders_from_threads(dm)
         assert len(built) == 1
         assert all(loader is loaders[0] for loader in loaders) and dm.train_dataloader() is loaders[0]
         assert take(dm, 20) == take(module(), 20)
