@@ -28,6 +28,7 @@ from task_spec import TaskSpec
 
 READERS = {".parquet": "read_parquet", ".jsonl": "read_json", ".json": "read_json", ".csv": "read_csv"}
 TASK_ROWS = 4096  # rows per tokenize task
+WRITE_CPUS = 0.5  # per write task, which mostly waits on storage
 SHARD_NAME = "part-{:05d}-{:04d}.parquet"  # write task, then file of the task
 TOKEN_TYPES = {"input_ids": pa.list_(pa.int32()), "attention_mask": pa.list_(pa.int8())}
 # The tokenize step is shipped to the workers by value: a worker then imports transformers and pyarrow to run it,
@@ -121,13 +122,15 @@ def tokenize_on_ray(
         dataset = getattr(ray.data, READERS[suffix])(files, filesystem=filesystem)
         columns = dataset.schema().names
         step = _tokenize_step(task_spec, tokenizer, columns, dataset.schema())
-        # Ray reads small files into one large block; blocks of TASK_ROWS rows spread the work over the workers
-        # (a write task then gathers blocks up to rows_per_file).
-        blocks = dataset.repartition(target_num_rows_per_block=TASK_ROWS)
+        # Ray reads small files into one large block; blocks of TASK_ROWS rows spread the work over the workers.
+        blocks = dataset.repartition(target_num_rows_per_block=min(TASK_ROWS, rows_per_file or TASK_ROWS))
         tokens = blocks.map_batches(_ArrowTokenize(step), batch_format="pyarrow", batch_size=1000,
                                     concurrency=concurrency, zero_copy_batch=True)
         out_fs.makedirs(out_path, exist_ok=True)
-        tokens.write_datasink(_shard_sink(ray, out_fs, out_path, rows_per_file, row_group_rows))
+        # Writing asks for less CPU than tokenizing, so Ray keeps the two apart: tokenize tasks of TASK_ROWS rows
+        # run in parallel, and each write task gathers their output up to rows_per_file rows.
+        tokens.write_datasink(_shard_sink(ray, out_fs, out_path, rows_per_file, row_group_rows),
+                              ray_remote_args={"num_cpus": WRITE_CPUS})
     finally:
         context.execution_options.preserve_order = preserve_order
         for module in by_value:
