@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 
 import datasets
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from engine.sources.preprocess import tokenize_dataset
-from engine.sources.ray_tokenize import tokenize_on_ray
+from engine.sources.preprocess import TokenizeBatch, tokenize_dataset
+from engine.sources.ray_tokenize import _ArrowTokenize, tokenize_on_ray
 from task_spec import TaskSpec
 
 ray = pytest.importorskip("ray")
@@ -90,11 +91,13 @@ def test_shards_hold_the_one_machine_tokens_row_for_row_and_a_second_run_writes_
 def test_seq2seq_from_json_lines_matches_the_one_machine_path(local_ray, tokenizer, tmp_path):
     spec = TaskSpec.seq2seq_tiny()
     sources, targets = texts(120, seed=3), texts(120, seed=7)
-    with open(tmp_path / "pairs.jsonl", "w", encoding="utf-8") as file:
-        for source, target in zip(sources, targets, strict=True):
-            file.write(json.dumps({"source": source, "target": target}, ensure_ascii=False) + "\n")
+    files = [tmp_path / "b.jsonl", tmp_path / "a.jsonl"]  # a list is read in its order, not in name order
+    for file_path, rows in zip(files, (range(0, 70), range(70, 120)), strict=True):
+        with open(file_path, "w", encoding="utf-8") as file:
+            for i in rows:
+                file.write(json.dumps({"source": sources[i], "target": targets[i]}, ensure_ascii=False) + "\n")
 
-    paths = tokenize_on_ray(tmp_path / "pairs.jsonl", tmp_path / "out", task_spec=spec, tokenizer=tokenizer)
+    paths = tokenize_on_ray(files, tmp_path / "out", task_spec=spec, tokenizer=tokenizer)
 
     table = read_shards(paths)
     reference = tokenize_dataset(datasets.Dataset.from_dict({"source": sources, "target": targets}), spec,
@@ -143,3 +146,18 @@ def test_bad_inputs_are_refused_with_the_fix(local_ray, corpus, tokenizer, tmp_p
     pq.write_table(pa.table({"x": [1]}), tmp_path / "taken" / "old.parquet")
     with pytest.raises(ValueError, match="already holds 1 Parquet files .* give a new or empty folder"):
         tokenize_on_ray(folder, tmp_path / "taken", task_spec=spec, tokenizer=tokenizer)
+
+
+def test_null_text_is_refused_naming_the_column_and_the_fix(tokenizer):
+    step = TokenizeBatch(tokenizer, "text", None, "labels", None, None)
+    table = pa.table({"text": ["a fox", None, "a hill"], "row_id": [0, 1, 2]})
+    with pytest.raises(ValueError, match="'text' should be a string in every row, but 1 rows of a batch hold null; "
+                                         "the tokenizer needs text in each row: filter those rows out or fill them"):
+        _ArrowTokenize(step)(table)
+
+
+def test_without_ray_the_error_names_the_extra_to_install(corpus, tokenizer, tmp_path, monkeypatch):
+    folder, _ = corpus
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(ImportError, match=r"pip install 'universal-datamodule\[ray\]'"):
+        tokenize_on_ray(folder, tmp_path / "out", task_spec=TaskSpec.lm_tiny(), tokenizer=tokenizer)
