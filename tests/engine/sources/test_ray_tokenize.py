@@ -30,6 +30,25 @@ def local_ray():
     ray.shutdown()
 
 
+@pytest.fixture(scope="module")
+def s3():
+    """A local S3 server (moto) with the bucket ``corpus``: ``(storage_options, fsspec filesystem)``."""
+    server_module = pytest.importorskip("moto.server")
+    boto3 = pytest.importorskip("boto3")
+    fsspec = pytest.importorskip("fsspec")
+    pytest.importorskip("s3fs")
+    server = server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
+                 region_name="us-east-1").create_bucket(Bucket="corpus")
+    options = {"key": "testing", "secret": "testing",
+               "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}}
+    yield options, fsspec.filesystem("s3", **options)
+    server.stop()
+
+
 def texts(n: int, seed: int) -> list[str]:
     """``n`` rows of text, most short, every 17th long (a few hundred words), some with accents, CJK and emoji."""
     rows = []
@@ -56,13 +75,17 @@ def read_shards(paths: list[str]) -> pa.Table:
 
 
 def test_shards_hold_the_one_machine_tokens_row_for_row_and_a_second_run_writes_the_same_files(
-        local_ray, corpus, tokenizer, tmp_path):
+        local_ray, corpus, tokenizer, tmp_path, s3):
     folder, rows = corpus
     spec = TaskSpec.lm_tiny()
     first = tokenize_on_ray(folder, tmp_path / "first", task_spec=spec, tokenizer=tokenizer, rows_per_file=50,
                             row_group_rows=20)
-    second = tokenize_on_ray(folder, tmp_path / "second", task_spec=spec, tokenizer=tokenizer, rows_per_file=50,
-                             row_group_rows=20)
+    # The second run reads and writes object storage (S3 through fsspec and storage_options).
+    options, storage = s3
+    for part in range(3):
+        storage.put(str(folder / f"part-{part}.parquet"), f"corpus/text/part-{part}.parquet")
+    second = tokenize_on_ray("s3://corpus/text/", "s3://corpus/tokens", task_spec=spec, tokenizer=tokenizer,
+                             storage_options=options, rows_per_file=50, row_group_rows=20)
 
     names = [path.rsplit("/", 1)[1] for path in first]
     assert names == sorted(names) and all(re.fullmatch(r"part-\d{5}-\d{4}\.parquet", name) for name in names)
@@ -83,9 +106,10 @@ def test_shards_hold_the_one_machine_tokens_row_for_row_and_a_second_run_writes_
     assert table.column("attention_mask").to_pylist() == reference["attention_mask"]
     assert max(len(ids) for ids in reference["input_ids"]) > spec.max_seq_len  # long rows stay whole
 
-    assert [path.rsplit("/", 1)[1] for path in second] == names
+    assert second == [f"s3://corpus/tokens/{name}" for name in names]
+    storage.invalidate_cache()
     for a, b in zip(first, second, strict=True):
-        assert pq.read_table(a).equals(pq.read_table(b))
+        assert pq.read_table(a).equals(pq.read_table(storage.open(b)))
 
 
 def test_seq2seq_from_json_lines_matches_the_one_machine_path(local_ray, tokenizer, tmp_path):
@@ -161,3 +185,4 @@ def test_without_ray_the_error_names_the_extra_to_install(corpus, tokenizer, tmp
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(ImportError, match=r"pip install 'universal-datamodule\[ray\]'"):
         tokenize_on_ray(folder, tmp_path / "out", task_spec=TaskSpec.lm_tiny(), tokenizer=tokenizer)
+
