@@ -135,6 +135,7 @@ def tokenize_on_ray(
         context.execution_options.preserve_order = preserve_order
         for module in by_value:
             ray.cloudpickle.unregister_pickle_by_value(sys.modules[module])
+    out_fs.invalidate_cache(out_path)  # object stores cache listings; the workers wrote behind this one's back
     written = sorted(out_fs.glob(f"{out_path.rstrip('/')}/*.parquet"))
     return written if _is_local(out_fs) else [out_fs.unstrip_protocol(path) for path in written]
 
