@@ -15,6 +15,7 @@ from engine.sampling.length import LengthGroupedBatchSampler, TokenBudgetBatchSa
 from engine.sampling.packed import PackedBatchSampler
 from engine.sampling.seeded import SeededBatchSampler
 from engine.sources.bad_rows import SkippedRow, SkipReport
+from engine.sources.ray_tokenize import tokenize_on_ray
 from engine.sources.shard_listing import Shards
 from engine.sources.splits import SplitPlan, plan_splits
 from engine.tools.device import DeviceNormalize, normalize_on_device
@@ -67,5 +68,6 @@ __all__ = [
     "plan_splits",
     "recommend_num_workers",
     "set_epoch",
+    "tokenize_on_ray",
     "validate_first_batch",
 ]

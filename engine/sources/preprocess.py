@@ -13,8 +13,10 @@ from engine.sources.token_cache import TokenCache
 from task_spec import TaskSpec
 
 
-class _TokenizeBatch:
-    """A picklable ``map`` function, so ``datasets`` can fingerprint and cache the result."""
+class TokenizeBatch:
+    """The tokenize step of a batch of rows, ``{column: values}`` in, ``{token column: ids}`` out: the one step of
+    :func:`tokenize_dataset` (``datasets.map``) and of :func:`~engine.sources.ray_tokenize.tokenize_on_ray`
+    (Ray Data). Picklable, so ``datasets`` can fingerprint and cache its result and Ray can ship it to workers."""
 
     def __init__(self, tokenizer: Any, text_field: str, target_field: str | None, labels_key: str,
                  max_length: int | None, max_target_length: int | None) -> None:
@@ -53,7 +55,7 @@ def tokenize_dataset(dataset: Any, spec: TaskSpec, tokenizer: Any, *, truncate: 
     if target_text is not None and target_text not in dataset.column_names:
         target_text = None
     consumed = [c for c in (text_field, target_text) if c is not None]
-    function = _TokenizeBatch(
+    function = TokenizeBatch(
         tokenizer,
         text_field,
         target_text,
