@@ -14,6 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from engine import Shards
+from engine.sources.adapt import as_source
 from engine.sources.preprocess import TokenizeBatch, tokenize_dataset
 from engine.sources.ray_tokenize import _ArrowTokenize, tokenize_on_ray
 from task_spec import TaskSpec
@@ -105,6 +107,9 @@ def test_shards_hold_the_one_machine_tokens_row_for_row_and_a_second_run_writes_
     assert table.column("input_ids").to_pylist() == reference["input_ids"]
     assert table.column("attention_mask").to_pylist() == reference["attention_mask"]
     assert max(len(ids) for ids in reference["input_ids"]) > spec.max_seq_len  # long rows stay whole
+    # the engine streams the shards as they are: the same rows, in the same order, through Shards
+    source = as_source(Shards(str(tmp_path / "first"), cache_dir=str(tmp_path / "cache")))
+    assert [row["input_ids"] for row in source.__getitems__(list(range(240)))] == reference["input_ids"]
 
     assert second == [f"s3://corpus/tokens/{name}" for name in names]
     storage.invalidate_cache()
