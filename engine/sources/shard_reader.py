@@ -92,6 +92,7 @@ class RowGroupReader:
         self._system: Any = None
         self._open: OrderedDict[int, Any] = OrderedDict()
         self._pending: dict[int, Future[Any]] = {}
+        self._ragged: dict[tuple[int, str], tuple[Any, Any] | None] = {}
         self._pool: ThreadPoolExecutor | None = None
         self.stats: Counter[str] = Counter()
         """This process's counts: ``fetched`` row groups, ``cache_hits``, ``retries``, ``bytes_fetched``,
@@ -131,8 +132,18 @@ class RowGroupReader:
             self.stats["cache_hits"] += 1
         self._open[group] = table
         if len(self._open) > OPEN_GROUPS:
-            self._open.popitem(last=False)
+            closed, _ = self._open.popitem(last=False)
+            for name in self.listing.schema.names:
+                self._ragged.pop((closed, name), None)
         return table
+
+    def ragged(self, group: int, column: str) -> tuple[Any, Any] | None:
+        """``(offsets, values)``: numpy views of ``column`` in row group ``group`` (row ``i`` is
+        ``values[offsets[i]:offsets[i + 1]]``), or None when the column is not lists of integers without nulls."""
+        key = (group, column)
+        if key not in self._ragged:
+            self._ragged[key] = _ragged_view(self.table(group).column(column))
+        return self._ragged[key]
 
     def read_ahead(self, groups: list[int]) -> None:
         """Fetch ``groups`` into the cache in background threads (two), unless open, cached or already on the way."""
@@ -259,3 +270,13 @@ class RowGroupReader:
             if isinstance(reader, pa.ipc.RecordBatchFileReader):
                 return pa.Table.from_batches([reader.get_batch(index)])
             return pa.Table.from_batches([next(b for position, b in enumerate(reader) if position == index)])
+
+
+def _ragged_view(column: Any) -> tuple[Any, Any] | None:
+    """``(offsets, values)`` numpy views of a list-of-integers column without nulls (one chunk), else None."""
+    from engine.sources._arrow_buffers import list_of_ints
+
+    if not list_of_ints(column):
+        return None
+    array = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    return array.offsets.to_numpy(), array.values.to_numpy(zero_copy_only=False)

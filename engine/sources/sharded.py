@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 
 from collators.columns import RaggedColumn
-from engine.sources._arrow_buffers import list_of_ints
 from engine.sources.rows import ColumnarSource
 from engine.sources.shard_listing import ShardListing, Shards, list_shards
 from engine.sources.shard_reader import RowGroupReader
@@ -111,20 +110,31 @@ class ShardedSource(ColumnarSource):
         return any(pa.types.is_list(field.type) or pa.types.is_large_list(field.type) for field in self.listing.schema)
 
     def fetch_columns(self, positions: Sequence[int]) -> dict[str, Any]:
-        """``{column: RaggedColumn | list}`` of the rows at ``positions``: token columns flat, others as Python
-        values (as the row path gives them)."""
-        table = self._table(positions)
+        """``{column: RaggedColumn | list}`` of the rows at ``positions``: token columns gathered from numpy views of
+        the memory-mapped row groups (one slice a row), others as Python values (as the row path gives them)."""
+        rows = self.corpus_rows(positions)
+        groups = np.searchsorted(self.listing.group_start, rows, side="right") - 1
+        local = (rows - self.listing.group_start[groups]).tolist()
+        groups = groups.tolist()
         columns: dict[str, Any] = {}
-        for name in table.column_names:
-            column = table.column(name)
-            if list_of_ints(column):
-                array = column.combine_chunks()
-                offsets = array.offsets.to_numpy()
-                values = array.flatten().to_numpy(zero_copy_only=False)
-                columns[name] = RaggedColumn(values, (offsets - offsets[0]).astype(np.int64, copy=False))
-            else:
-                columns[name] = column.to_pylist()
-        return columns
+        for name in self.column_names:
+            views = [self.reader.ragged(group, name) for group in dict.fromkeys(groups)]
+            if any(view is None for view in views):  # not a list of integers without nulls
+                continue
+            pieces = []
+            for group, row in zip(groups, local):
+                offsets, values = self.reader.ragged(group, name)
+                pieces.append(values[offsets[row]:offsets[row + 1]])
+            lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
+            offsets = np.zeros(len(pieces) + 1, dtype=np.int64)
+            np.cumsum(lengths, out=offsets[1:])
+            values = np.concatenate(pieces) if pieces else views[0][1][:0] if views else np.empty(0, np.int64)
+            columns[name] = RaggedColumn(values, offsets)
+        others = [name for name in self.column_names if name not in columns]
+        if others:
+            table = self._table(positions).select(others)
+            columns.update({name: table.column(name).to_pylist() for name in others})
+        return {name: columns[name] for name in self.column_names}
 
     def lengths(self, key: str | None) -> np.ndarray:
         """The length of every row's ``key`` list (int64), read column-only per row group and kept in the cache
