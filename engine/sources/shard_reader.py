@@ -91,6 +91,7 @@ class RowGroupReader:
         self.budget = shards.cache_bytes
         self._system: Any = None
         self._open: OrderedDict[int, Any] = OrderedDict()
+        self._pid = os.getpid()
         self._pending: dict[int, Future[Any]] = {}
         self._ragged: dict[tuple[int, str], tuple[Any, Any] | None] = {}
         self._pool: ThreadPoolExecutor | None = None
@@ -98,8 +99,15 @@ class RowGroupReader:
         """This process's counts: ``fetched`` row groups, ``cache_hits``, ``retries``, ``bytes_fetched``,
         ``evicted``, ``read_ahead`` (row groups fetched ahead of their batch)."""
 
+    def _forked(self) -> None:
+        """In a process forked from the one that built this reader (a loader worker), forget what belongs to the
+        parent: its read-ahead threads (absent here: their futures would never finish) and its store client."""
+        if self._pid != os.getpid():
+            self._pid, self._system, self._pool, self._pending = os.getpid(), None, None, {}
+
     @property
     def system(self) -> Any:
+        self._forked()
         if self._system is None:
             self._system = filesystem(self.listing.shards, own_retries=True)[0]
         return self._system
@@ -112,6 +120,7 @@ class RowGroupReader:
 
     def table(self, group: int) -> Any:
         """Row group ``group`` (an index into the listing's row groups) as a memory-mapped ``pyarrow.Table``."""
+        self._forked()
         table = self._open.get(group)
         if table is not None:
             self._open.move_to_end(group)
@@ -147,6 +156,7 @@ class RowGroupReader:
 
     def read_ahead(self, groups: list[int]) -> None:
         """Fetch ``groups`` into the cache in background threads (two), unless open, cached or already on the way."""
+        self._forked()
         for group in groups:
             if group in self._open or group in self._pending or self.cache_path(group).exists():
                 continue

@@ -293,3 +293,23 @@ def test_transforms_and_skipped_rows_work_on_shards(corpus, tmp_path):
     served = epoch(dm)
     assert sorted(served) == [doc for doc in range(600) if doc != 7]
     assert [(row.index, row.split) for row in dm.skipped.records] == [(7, "train")]
+
+
+def test_a_forked_worker_does_not_wait_for_the_parents_read_ahead(corpus, tmp_path):
+    """A loader worker forked while the parent was reading ahead inherits the parent's reader, with futures whose
+    threads stayed in the parent: it must fetch for itself rather than wait for them (forever)."""
+    import threading
+    from concurrent.futures import Future
+
+    folder, _ = corpus
+    source = as_source(shards(folder, tmp_path))
+    reader = source.reader
+    reader._pending[3] = Future()  # running in a thread of the parent: never finished in this process
+    reader._pid = -1  # this reader was built in another process (the parent), as in a forked worker
+    tables = []
+    reading = threading.Thread(target=lambda: tables.append(reader.table(3)), daemon=True)
+    reading.start()
+    reading.join(timeout=30)
+    assert not reading.is_alive(), "the read waited for a future of the parent's threads"
+    table = tables[0]
+    assert table.column("doc").to_pylist() == list(range(120, 150))  # row group 3: rows 120-149 of shard 0
