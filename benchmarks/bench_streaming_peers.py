@@ -39,7 +39,12 @@ Method
     WORLD_SIZE/RANK with one process per node; HF: ``split_dataset_by_node``) reads ``--early`` batches and saves
     its state; a loader at world size 1 loads it and takes one batch: "yes" when that works (with how many of
     that batch's rows rank 0 had already delivered), "no (error ...)" when it raises.
-* ``ours(...)`` is the slot for the project's own sharded source (``engine.Shards``); until it exists it reports
+  Peer specifics: LitData fetches chunks with obstore, whose HTTP client refuses plain http unless told, so its
+  client options get ``allow_http`` (the local S3 has no TLS); LitData also checks that a resumed loader's
+  cache_dir is the one in its state, so its resumes use the same cache path, emptied. Mosaic initialises
+  torch.distributed whenever WORLD_SIZE > 1: for "rank 0 of 2" a 1-process gloo group stands in.
+* ``ours(...)`` is the slot for the project's own sharded source (``engine.Shards``), measured the same way in a
+  subprocess of the project's own .venv (``--ours-python``); until ``engine.Shards`` imports, its row says
   "not available".
 
 Results: a markdown table printed and written to benchmarks/results/streaming_peers.md (``--out``).
@@ -72,7 +77,8 @@ WORKERS = 2
 N_PARQUET_FILES = 8
 ROW_GROUP = 2000
 CHUNK_BYTES = 1 << 24
-RESULTS = Path(__file__).resolve().parent / "results" / "streaming_peers.md"
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results" / "streaming_peers.md"
 PEERS = ("litdata", "mosaic", "hf")
 
 
@@ -189,6 +195,12 @@ def env(**values: str):
                 os.environ[k] = v
 
 
+def _err(e: BaseException, width: int = 140) -> str:
+    """An exception in a line: its type and the last line of its message (a worker's error ends with the cause)."""
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    return f"{type(e).__name__}: {(lines[-1] if lines else '')[:width]}"
+
+
 def rank_env(peer: str, world: int) -> dict[str, str]:
     if peer == "litdata":
         return {"WORLD_SIZE": str(world), "GLOBAL_RANK": "0", "NNODES": "1"}
@@ -201,7 +213,12 @@ def make_loader(peer: str, endpoint: str, cache: Path, world: int = 1):
     """A fresh dataset + loader of ``peer`` (rank 0 of ``world``), reading from the local S3."""
     if peer == "litdata":
         import litdata
+        from litdata.streaming import downloader
 
+        # LitData fetches chunks with obstore, whose HTTP client refuses a plain-http endpoint unless told: allow
+        # it (the local S3 has no TLS); the code path is the one it takes against real S3.
+        with contextlib.suppress(AttributeError, TypeError):
+            downloader._OBSTORE_CLIENT_OPTIONS["allow_http"] = "true"
         ds = litdata.StreamingDataset(
             f"s3://{BUCKET}/litdata", cache_dir=str(cache), shuffle=False, drop_last=False,
             storage_options={"endpoint_url": endpoint, "aws_access_key_id": "testing",
@@ -224,7 +241,28 @@ def make_loader(peer: str, endpoint: str, cache: Path, world: int = 1):
         if world > 1:
             ds = split_dataset_by_node(ds, rank=0, world_size=world)
         return StatefulDataLoader(ds, batch_size=BATCH, num_workers=WORKERS, collate_fn=collate)
+    if peer == "ours":
+        return ours(endpoint, cache)
     raise ValueError(peer)
+
+
+class NotAvailable(Exception):
+    """The project's sharded source cannot be imported (yet)."""
+
+
+def _ids(batch: Any) -> list[int] | None:
+    return batch["ids"].tolist() if isinstance(batch, dict) and "ids" in batch else None
+
+
+def _rows_tokens(batch: Any) -> tuple[int, int]:
+    """Rows and real tokens of a batch: from the peers' collate, or a best guess for ours (mask, else ids)."""
+    if isinstance(batch, dict) and "lengths" in batch:
+        return len(batch["lengths"]), int(batch["lengths"].sum())
+    if isinstance(batch, dict) and "attention_mask" in batch:
+        return int(batch["attention_mask"].shape[0]), int(batch["attention_mask"].sum())
+    first = batch["input_ids"] if isinstance(batch, dict) and "input_ids" in batch else (
+        next(iter(batch.values())) if isinstance(batch, dict) else batch[0])
+    return int(first.shape[0]), int(first.numel())
 
 
 class UssSampler:
@@ -256,6 +294,14 @@ class UssSampler:
         self._thread.join()
 
 
+def cache_dir(peer: str, caches: Path, phase: str) -> Path:
+    """An empty cache for ``phase``. LitData checks a resumed loader's cache_dir against the one in the state, so
+    for it every phase gets the same path, emptied (a node restarted with its cache wiped); the others get one each."""
+    path = caches / ("litdata-cache" if peer == "litdata" else phase)
+    shutil.rmtree(path, ignore_errors=True)
+    return path
+
+
 def _close(loader) -> None:
     it = getattr(loader, "_bench_it", None)
     if it is not None and hasattr(it, "_shutdown_workers"):
@@ -280,118 +326,139 @@ def run_peer(peer: str, endpoint: str, rows: int, tokens_total: int, args) -> di
     total_batches = -(-rows // BATCH)
     late_target = max(args.warmup + 2, int(total_batches * 0.75))
     try:
-        with UssSampler() as uss:
-            # cold start + steady throughput + states at an early and a late position
-            t0 = time.perf_counter()
-            loader = make_loader(peer, endpoint, caches / "cold")
-            it, batch = _first(loader)
-            out["first_batch_s"] = time.perf_counter() - t0
-            seen, states, next_ids = 1, {}, {}
-            want_next: str | None = None
-            t_start = n_rows = n_tok = None
-            deadline = None
-            while True:
-                if want_next is not None:
-                    next_ids[want_next] = batch["ids"].tolist()
-                    want_next = None
-                if seen == args.warmup:
-                    t_start, n_rows, n_tok = time.perf_counter(), 0, 0
-                    deadline = t_start + args.budget
-                elif t_start is not None:
-                    n_rows += len(batch["ids"])
-                    n_tok += int(batch["lengths"].sum())
-                if seen == args.early:
-                    states["early"] = (seen, copy.deepcopy(loader.state_dict()))
-                    want_next = "early"
-                if t_start is not None and (seen >= late_target or time.perf_counter() > deadline):
-                    steady_s = time.perf_counter() - t_start
-                    states["late"] = (seen, copy.deepcopy(loader.state_dict()))
-                    want_next = "late"
-                    batch = next(it)
-                    next_ids["late"] = batch["ids"].tolist()
-                    break
-                batch = next(it)
-                seen += 1
-            out["steady_batches"] = seen - args.warmup
-            out["rows_per_s"] = n_rows / steady_s
-            out["tokens_per_s"] = n_tok / steady_s
-            out["late_batch"] = seen
-            del it
-            _close(loader)
-            del loader
-            gc.collect()
-            # resumes, each from an empty cache
-            for name, (at, state) in states.items():
-                try:
-                    t0 = time.perf_counter()
-                    loader = make_loader(peer, endpoint, caches / f"resume-{name}")
-                    loader.load_state_dict(copy.deepcopy(state))
-                    it, batch = _first(loader)
-                    out[f"resume_{name}_s"] = time.perf_counter() - t0
-                    out[f"resume_{name}_exact"] = batch["ids"].tolist() == next_ids[name]
-                    out[f"resume_{name}_at"] = at
-                    del it
-                    _close(loader)
-                    del loader
-                except Exception as e:  # noqa: BLE001 - a peer's failure is a result
-                    out[f"resume_{name}_error"] = f"{type(e).__name__}: {str(e)[:120]}"
-                gc.collect()
-        out["worker_uss_mib"] = max(uss.peak.values(), default=0) / 2**20
-        out["n_children"] = len(uss.peak)
-        out["ranks"] = ranks_2_to_1(peer, endpoint, caches, args)
+        return _measure(peer, endpoint, rows, args, caches, out, total_batches, late_target)
+    except NotAvailable as e:
+        return {"peer": peer, "error": f"not available ({e})"}
     finally:
         shutil.rmtree(caches, ignore_errors=True)
+
+
+def _measure(peer, endpoint, rows, args, caches, out, total_batches, late_target) -> dict[str, Any]:
+    with UssSampler() as uss:
+        # cold start + steady throughput + states at an early and a late position
+        t0 = time.perf_counter()
+        loader = make_loader(peer, endpoint, cache_dir(peer, caches, "cold"))
+        it, batch = _first(loader)
+        out["first_batch_s"] = time.perf_counter() - t0
+        seen, states, next_ids = 1, {}, {}
+        want_next: str | None = None
+        t_start = n_rows = n_tok = None
+        deadline = None
+        while True:
+            if want_next is not None:
+                next_ids[want_next] = _ids(batch)
+                want_next = None
+            if seen == args.warmup:
+                t_start, n_rows, n_tok = time.perf_counter(), 0, 0
+                deadline = t_start + args.budget
+            elif t_start is not None:
+                r, k = _rows_tokens(batch)
+                n_rows += r
+                n_tok += k
+            if seen == args.early and hasattr(loader, "state_dict"):
+                states["early"] = (seen, copy.deepcopy(loader.state_dict()))
+                want_next = "early"
+            if t_start is not None and (seen >= late_target or time.perf_counter() > deadline):
+                steady_s = time.perf_counter() - t_start
+                if hasattr(loader, "state_dict"):
+                    states["late"] = (seen, copy.deepcopy(loader.state_dict()))
+                    want_next = "late"
+                batch = next(it)
+                if want_next:
+                    next_ids["late"] = _ids(batch)
+                break
+            batch = next(it)
+            seen += 1
+        out["steady_batches"] = seen - args.warmup
+        out["rows_per_s"] = n_rows / steady_s
+        out["tokens_per_s"] = n_tok / steady_s
+        out["late_batch"] = seen
+        del it
+        _close(loader)
+        del loader
+        gc.collect()
+        # resumes, each from an empty cache
+        for name, (at, state) in states.items():
+            try:
+                t0 = time.perf_counter()
+                loader = make_loader(peer, endpoint, cache_dir(peer, caches, f"resume-{name}"))
+                loader.load_state_dict(copy.deepcopy(state))
+                it, batch = _first(loader)
+                out[f"resume_{name}_s"] = time.perf_counter() - t0
+                ids = _ids(batch)
+                out[f"resume_{name}_exact"] = None if ids is None else ids == next_ids[name]
+                out[f"resume_{name}_at"] = at
+                del it
+                _close(loader)
+                del loader
+            except Exception as e:  # noqa: BLE001 - a peer's failure is a result
+                out[f"resume_{name}_error"] = _err(e)
+            gc.collect()
+    out["worker_uss_mib"] = max(uss.peak.values(), default=0) / 2**20
+    out["n_children"] = len(uss.peak)
+    out["ranks"] = ranks_2_to_1(peer, endpoint, caches, args) if peer != "ours" else "(to fill in with ours)"
     return out
 
 
 def ranks_2_to_1(peer: str, endpoint: str, caches: Path, args) -> str:
+    import torch.distributed as dist
+
     try:
         with env(**rank_env(peer, 2)):
-            loader = make_loader(peer, endpoint, caches / "w2", world=2)
+            if peer == "mosaic":  # Mosaic wants a process group when WORLD_SIZE > 1: a 1-process one stands in
+                dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+            loader = make_loader(peer, endpoint, cache_dir(peer, caches, "w2"), world=2)
             it, batch = _first(loader)
-            seen_ids = set(batch["ids"].tolist())
+            seen_ids = set(_ids(batch))
             for _ in range(args.early - 1):
-                seen_ids.update(next(it)["ids"].tolist())
+                seen_ids.update(_ids(next(it)))
             state = copy.deepcopy(loader.state_dict())
             del it
             _close(loader)
             del loader
         gc.collect()
     except Exception as e:  # noqa: BLE001
-        return f"not supported (world 2 failed: {type(e).__name__}: {str(e)[:100]})"
+        return f"not measured (rank 0 of 2 did not run here: {_err(e)})"
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
     try:
         with env(**rank_env(peer, 1)):
-            loader = make_loader(peer, endpoint, caches / "w1", world=1)
+            loader = make_loader(peer, endpoint, cache_dir(peer, caches, "w1"), world=1)
             loader.load_state_dict(state)
             it, batch = _first(loader)
-            ids = batch["ids"].tolist()
+            ids = _ids(batch)
             del it
             _close(loader)
             del loader
         again = sum(i in seen_ids for i in ids)
         return f"yes (first batch rows {ids[0]}..; {again}/{len(ids)} already seen by rank 0)"
     except Exception as e:  # noqa: BLE001
-        return f"no (error {type(e).__name__}: {str(e)[:120]})"
+        return f"no (error {_err(e)})"
 
 
 # ------------------------------------------------------------------------------------- the project's slot
-def ours(endpoint: str, rows: int, tokens_total: int, args) -> dict[str, Any]:
-    """SLOT for the project's own sharded source, to run side by side with the peers.
+def ours(endpoint: str, cache: Path):
+    """SLOT for the project's own sharded source (``engine.Shards``, being written): its loader over the same
+    Parquet shards, measured by ``run_peer`` exactly as the peers are (cold first batch, steady rows/s, worker USS;
+    resumes when the loader has state_dict/load_state_dict). It runs in the project's .venv (``--ours-python``),
+    not the peers'. Until ``engine.Shards`` imports, the row says "not available".
 
-    Fill in with the engine's API once it lands, measuring as ``run_peer`` does (same batch size, workers, S3)::
-
+    TO FILL IN once the API lands: the batch size, workers and S3 options below are the peers'; check the column
+    the task spec reads (the Parquet shards hold ``id`` int64 and ``tokens`` list<int32>) and what the data module
+    hands back (``train_dataloader()`` is assumed)."""
+    try:
         from engine import Shards, UniversalDataModule
         from task_spec import TaskSpec
-        dm = UniversalDataModule(Shards(f"s3://{BUCKET}/parquet", storage_options={...endpoint...},
-                                        cache_dir=...), task_spec=TaskSpec.lm_tiny(), batch_size=BATCH,
-                                 num_workers=WORKERS)
-    """
-    try:
-        from engine import Shards, UniversalDataModule  # noqa: F401
-        from task_spec import TaskSpec  # noqa: F401
-    except ImportError as e:
-        return {"peer": "ours", "error": f"not available ({e})"}
-    return {"peer": "ours", "error": "not available (engine.Shards imports, but ours() is not filled in yet)"}
+    except ImportError as e:  # the only failure that means "not there yet"
+        raise NotAvailable(str(e)) from e
+    shards = Shards(f"s3://{BUCKET}/parquet", cache_dir=str(cache),
+                    storage_options={"key": "testing", "secret": "testing",
+                                     "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}})
+    dm = UniversalDataModule(shards, task_spec=TaskSpec.lm_tiny(), batch_size=BATCH, num_workers=WORKERS)
+    if hasattr(dm, "setup"):
+        dm.setup("fit")
+    return dm.train_dataloader()
 
 
 # --------------------------------------------------------------------------------------------- the table
@@ -407,7 +474,7 @@ def _resume(r: dict[str, Any], name: str) -> str:
         return f"error: {r[f'resume_{name}_error']}"
     if f"resume_{name}_s" not in r:
         return "-"
-    exact = "exact" if r[f"resume_{name}_exact"] else "NOT exact"
+    exact = {True: "exact", False: "NOT exact", None: "not checked"}[r[f"resume_{name}_exact"]]
     return f"{r[f'resume_{name}_s']:.2f} s (batch {r[f'resume_{name}_at']}, {exact})"
 
 
@@ -441,6 +508,30 @@ def table(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------- main
+def run_subprocess(peer: str, endpoint: str, tokens: int, args, python: str | None = None) -> dict[str, Any]:
+    """``run_peer`` for one peer in a fresh interpreter (``python``, default this one); its result or its error."""
+    python = python or sys.executable
+    if not Path(python).exists():
+        return {"peer": peer, "error": f"not available (no interpreter {python})"}
+    t = time.perf_counter()
+    cmd = [python, "-m", "benchmarks.bench_streaming_peers", "--_peer", peer, "--_endpoint", endpoint,
+           "--_tokens", str(tokens), "--rows", str(args.rows), "--warmup", str(args.warmup),
+           "--early", str(args.early), "--budget", str(args.budget)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.peer_timeout, cwd=ROOT)
+        line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+        if line:
+            res = json.loads(line[-1][7:])
+        else:
+            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            res = {"peer": peer, "error": f"failed (rc {proc.returncode}): {tail[:200]}"}
+            print(proc.stderr[-3000:], file=sys.stderr)
+    except subprocess.TimeoutExpired:
+        res = {"peer": peer, "error": f"timed out after {args.peer_timeout:.0f} s"}
+    print(f"{peer}: {time.perf_counter() - t:.1f} s {json.dumps(res)}", file=sys.stderr, flush=True)
+    return res
+
+
 def run(quick: bool = False) -> list[dict[str, Any]]:
     """``python -m benchmarks`` (the project's .venv) runs every bench module: this one needs the peers' own
     virtualenv, so there it adds no rows; run it with ``.venv-peers/bin/python -m benchmarks.bench_streaming_peers``."""
@@ -454,10 +545,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--warmup", type=int, default=10, help="batches before the steady phase")
     p.add_argument("--early", type=int, default=5, help="batch after which the early state is saved")
-    p.add_argument("--budget", type=float, default=30.0, help="seconds at most of steady phase per peer")
+    p.add_argument("--budget", type=float, default=20.0, help="seconds at most of steady phase per peer")
     p.add_argument("--peer-timeout", type=float, default=180.0)
     p.add_argument("--peers", default=",".join(PEERS))
     p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--ours-python", default=str(ROOT / ".venv" / "bin" / "python"),
+                   help="interpreter of the project's venv, for ours() (engine.Shards)")
     # internal: one peer in a subprocess
     p.add_argument("--_peer", help=argparse.SUPPRESS)
     p.add_argument("--_endpoint", help=argparse.SUPPRESS)
@@ -489,35 +582,31 @@ def main(argv: list[str] | None = None) -> int:
         wanted = {layout[p] for p in args.peers.split(",")}
         roots = {name: work / name for name in ("parquet", "litdata", "mds") if name in wanted}
         writers = {"parquet": write_parquet, "litdata": write_litdata, "mds": write_mds}
+        side = None
+        if "mds" in roots:  # MDS is written in a process of its own meanwhile (the writers are single-threaded)
+            import multiprocessing as mp
+
+            side = mp.get_context("fork").Process(target=write_mds, args=(work, roots["mds"]))
+            side.start()
         for name in roots:
-            fn = writers[name]
+            if name == "mds":
+                continue
             t = time.perf_counter()
-            fn(work, roots[name])
+            writers[name](work, roots[name])
             print(f"wrote {name} in {time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
+        if side is not None:
+            side.join()
+            if side.exitcode != 0:
+                raise RuntimeError(f"writing MDS failed (exit code {side.exitcode})")
+            print(f"wrote mds (alongside) by {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
         t = time.perf_counter()
         uploaded = upload(endpoint, roots)
         print(f"uploaded {uploaded / 2**20:.0f} MiB in {time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
         setup_s = time.perf_counter() - t0
         results = []
         for peer in args.peers.split(","):
-            t = time.perf_counter()
-            cmd = [sys.executable, "-m", "benchmarks.bench_streaming_peers", "--_peer", peer, "--_endpoint", endpoint,
-                   "--_tokens", str(tokens), "--rows", str(args.rows), "--warmup", str(args.warmup),
-                   "--early", str(args.early), "--budget", str(args.budget)]
-            try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.peer_timeout,
-                                      cwd=Path(__file__).resolve().parents[1])
-                line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-                if line:
-                    results.append(json.loads(line[-1][7:]))
-                else:
-                    tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-                    results.append({"peer": peer, "error": f"failed (rc {proc.returncode}): {tail[:200]}"})
-                    print(proc.stderr[-3000:], file=sys.stderr)
-            except subprocess.TimeoutExpired:
-                results.append({"peer": peer, "error": f"timed out after {args.peer_timeout:.0f} s"})
-            print(f"{peer}: {time.perf_counter() - t:.1f} s {json.dumps(results[-1])}", file=sys.stderr, flush=True)
-        results.append(ours(endpoint, args.rows, tokens, args))
+            results.append(run_subprocess(peer, endpoint, tokens, args))
+        results.append(run_subprocess("ours", endpoint, tokens, args, python=args.ours_python))
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
