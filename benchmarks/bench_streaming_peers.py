@@ -111,7 +111,7 @@ def write_parquet(work: Path, out: Path) -> None:
         off = offsets[a:b + 1] - offsets[a]
         values = pa.array(np.asarray(flat[offsets[a]:offsets[b]]))
         tokens = pa.ListArray.from_arrays(pa.array(off.astype(np.int32)), values)
-        table = pa.table({"id": pa.array(np.arange(a, b, dtype=np.int64)), "tokens": tokens})
+        table = pa.table({"id": pa.array(np.arange(a, b, dtype=np.int64)), "input_ids": tokens})
         pq.write_table(table, out / f"part-{i:05d}.parquet", row_group_size=ROW_GROUP)
 
 
@@ -172,7 +172,7 @@ def collate(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The one collate of all peers: pads token rows to the batch's longest with 0."""
     import torch
 
-    toks = [np.asarray(r["tokens"], dtype=np.int32) for r in rows]
+    toks = [np.asarray(r["tokens"] if "tokens" in r else r["input_ids"], dtype=np.int32) for r in rows]
     lengths = np.fromiter((len(t) for t in toks), dtype=np.int64, count=len(toks))
     out = np.zeros((len(toks), int(lengths.max())), dtype=np.int32)
     for i, t in enumerate(toks):
@@ -251,7 +251,10 @@ class NotAvailable(Exception):
 
 
 def _ids(batch: Any) -> list[int] | None:
-    return batch["ids"].tolist() if isinstance(batch, dict) and "ids" in batch else None
+    for key in ("ids", "id"):  # the peers' collate, ours (the row's own column)
+        if isinstance(batch, dict) and key in batch:
+            return batch[key].tolist()
+    return None
 
 
 def _rows_tokens(batch: Any) -> tuple[int, int]:
@@ -439,14 +442,13 @@ def ranks_2_to_1(peer: str, endpoint: str, caches: Path, args) -> str:
 
 # ------------------------------------------------------------------------------------- the project's slot
 def ours(endpoint: str, cache: Path):
-    """SLOT for the project's own sharded source (``engine.Shards``, being written): its loader over the same
+    """The project's own sharded source (``engine.Shards``): its loader over the same
     Parquet shards, measured by ``run_peer`` exactly as the peers are (cold first batch, steady rows/s, worker USS;
     resumes when the loader has state_dict/load_state_dict). It runs in the project's .venv (``--ours-python``),
     not the peers'. Until ``engine.Shards`` imports, the row says "not available".
 
-    TO FILL IN once the API lands: the batch size, workers and S3 options below are the peers'; check the column
-    the task spec reads (the Parquet shards hold ``id`` int64 and ``tokens`` list<int32>) and what the data module
-    hands back (``train_dataloader()`` is assumed)."""
+    The batch size, workers and S3 options are the peers'; the spec keeps rows up to 512 tokens (the corpus's
+    longest), as the peers' collate does, and the order is storage order (``shuffle=False``), as the peers read."""
     try:
         from engine import Shards, UniversalDataModule
         from task_spec import TaskSpec
@@ -455,9 +457,8 @@ def ours(endpoint: str, cache: Path):
     shards = Shards(f"s3://{BUCKET}/parquet", cache_dir=str(cache),
                     storage_options={"key": "testing", "secret": "testing",
                                      "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}})
-    dm = UniversalDataModule(shards, task_spec=TaskSpec.lm_tiny(), batch_size=BATCH, num_workers=WORKERS)
-    if hasattr(dm, "setup"):
-        dm.setup("fit")
+    spec = TaskSpec.lm_tiny().replace(additional_config={"max_seq_len": 512})
+    dm = UniversalDataModule(shards, task_spec=spec, batch_size=BATCH, num_workers=WORKERS, shuffle=False)
     return dm.train_dataloader()
 
 
