@@ -9,10 +9,11 @@ interpreter, 2 fork workers, batch size 32, shuffled:
 - ``plain``: torch ``DataLoader(dataset, shuffle=True, collate_fn=DataCollatorForLanguageModeling(tok, mlm=False))``
   on the same memory-mapped ``Dataset``.
 
-The workers' USS (pages private to the process: what each worker costs beyond what it shares with the parent and
-the page cache) is sampled with psutil every 10 batches; the peak is reported. Memory-mapped pages are shared
-(file-backed) and not in USS; per-row state built in the parent (an order, positions, lengths) is shared too until
-a worker writes to its pages, or builds its own copy. An epoch stops after ``BATCHES`` batches: shuffled indices
+Every 10 batches each worker's USS (psutil) and private dirty pages (``/proc/<pid>/smaps_rollup``) are sampled;
+peaks and the last sample are reported. USS also counts the file pages of the memory-mapped rows that only that
+worker has mapped (clean page cache, about 4 KiB per row read at random), so the target is judged on private dirty
+pages: the worker's own memory, where per-row state built in the parent (an order, positions, lengths) would show
+once a worker writes to its pages or builds its own copy. An epoch stops after ``BATCHES`` batches: shuffled indices
 spread them over the whole dataset (the shards' block order over a few row groups, by design).
 """
 
@@ -63,15 +64,20 @@ def write_data(folder: Path, count: int) -> None:
                        row_group_size=10_000)
 
 
-def worker_uss() -> dict[int, int]:
+def worker_memory() -> dict[int, tuple[int, int]]:
+    """Each worker's ``(USS, private dirty bytes)``: USS also counts file pages of the memory-mapped rows that only
+    that worker has mapped (clean, dropped by the kernel under pressure); dirty private pages are the worker's own."""
     import psutil
 
     found = {}
     for child in psutil.Process().children(recursive=True):
         try:
-            found[child.pid] = child.memory_full_info().uss
+            uss = child.memory_full_info().uss
+            with open(f"/proc/{child.pid}/smaps_rollup") as rollup:
+                dirty = sum(int(line.split()[1]) * 1024 for line in rollup if line.startswith("Private_Dirty:"))
         except (psutil.Error, OSError):
             continue
+        found[child.pid] = (uss, dirty)
     return found
 
 
@@ -106,19 +112,22 @@ def measure(case: str, folder: Path) -> dict[str, Any]:
     peaks: dict[int, int] = {}
     first: dict[int, int] = {}
     last: dict[int, int] = {}
+    dirty: dict[int, int] = {}
     start = time.perf_counter()
     steps = 0
     for steps, _ in enumerate(batches, 1):
         if steps % 10 == 0:
-            for pid, uss in worker_uss().items():
+            for pid, (uss, private_dirty) in worker_memory().items():
                 first.setdefault(pid, uss)
                 peaks[pid] = max(peaks.get(pid, 0), uss)
                 last[pid] = uss
+                dirty[pid] = max(dirty.get(pid, 0), private_dirty)
         if steps == BATCHES:
             break
     seconds = time.perf_counter() - start
     return {"case": case, "batches": steps, "seconds": seconds, "workers": len(peaks),
             "uss": max(peaks.values()), "last": max(last.values()),
+            "dirty": max(dirty.values()),
             "growth": max(peaks[pid] - first[pid] for pid in peaks),
             "parent_rss": psutil.Process().memory_info().rss}
 
@@ -150,18 +159,23 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         rows.append(result(
             "worker_rows", f"worker USS, {large:,} token rows (16..128), 2 fork workers, {ours['batches']} batches",
             anchor=CASES["plain"], anchor_s=plain["seconds"], ours_s=ours["seconds"], target=(
-                "ours' worker USS within 16 MiB of the plain recipe's at the large size, and flat in rows"),
+                "worker's private dirty memory within 16 MiB of the plain recipe's at the large size, flat in rows"),
             throughput=f"{ours['batches'] * 32 / ours['seconds']:,.0f} rows/s ({case})",
             note=(f"{CASES[case]}; peak worker USS {ours['uss'] / MiB:.1f} MiB vs plain {plain['uss'] / MiB:.1f} "
                   f"MiB (gap {(ours['uss'] - plain['uss']) / MiB:+.1f} MiB); from {small:,} to {large:,} rows "
                   f"ours {found[small][case]['uss'] / MiB:.1f} -> {ours['uss'] / MiB:.1f} MiB ({growth / MiB:+.1f}), "
                   f"plain {found[small]['plain']['uss'] / MiB:.1f} -> {plain['uss'] / MiB:.1f} MiB "
                   f"({plain_growth / MiB:+.1f}); last sample ours {ours['last'] / MiB:.1f}, plain "
-                  f"{plain['last'] / MiB:.1f} MiB; USS growth within the epoch ours {ours['growth'] / MiB:.1f}, plain "
+                  f"{plain['last'] / MiB:.1f} MiB; peak private dirty (the worker's own pages, no file pages) ours "
+                  f"{found[small][case]['dirty'] / MiB:.1f} -> {ours['dirty'] / MiB:.1f}, plain "
+                  f"{found[small]['plain']['dirty'] / MiB:.1f} -> {plain['dirty'] / MiB:.1f} MiB; "
+                  f"USS growth within the epoch ours {ours['growth'] / MiB:.1f}, plain "
                   f"{plain['growth'] / MiB:.1f} MiB; parent RSS ours {ours['parent_rss'] / MiB:.0f}, plain "
                   f"{plain['parent_rss'] / MiB:.0f} MiB; ms = the {ours['batches']} batches"),
         ))
-        rows[-1]["met"] = bool(ours["uss"] - plain["uss"] <= MARGIN and growth <= MARGIN)
+        # met: on the worker's own pages (private dirty), not on file pages of the rows it happened to map alone
+        dirty_growth = ours["dirty"] - found[small][case]["dirty"]
+        rows[-1]["met"] = bool(ours["dirty"] - plain["dirty"] <= MARGIN and dirty_growth <= MARGIN)
     return rows
 
 
