@@ -20,6 +20,7 @@ spread them over the whole dataset (the shards' block order over a few row group
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -62,6 +63,10 @@ def write_data(folder: Path, count: int) -> None:
     for part, start in enumerate(range(0, count, per_file)):
         pq.write_table(table.slice(start, per_file), folder / "shards" / f"part-{part:03d}.parquet",
                        row_group_size=10_000)
+    for path in folder.rglob("*"):  # written back to disk: pages of a file still being written count as dirty
+        if path.is_file():                # in the USS and private dirty pages of a process that maps them
+            with open(path, "rb") as file:
+                os.fsync(file.fileno())
 
 
 def worker_memory() -> dict[int, tuple[int, int]]:
