@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, IterableDataset, Sampler, SequentialSampler
 
+from collators._kernels import warm_token_loops
 from collators.default import DefaultCollator
 from engine.collation.handoff import WorkerCollate
 from engine.collation.seeded_collate import SeededCollate
@@ -98,6 +99,8 @@ class DataLoaderFactory:
         if collate.reads_columns and isinstance(source, ColumnarSource):  # fetched as columns, padded from them
             source = source.handing_columns()
         check_picklable(source, collate, kwargs)
+        if kwargs["num_workers"] and _forks(kwargs):
+            warm_token_loops()  # forked workers share the compiled loops instead of each compiling its own
         if batch_sampler is not None:
             return _attach_epoch_handle(_map_loader(source, batch_sampler, config, common))
         sampler = SeededBatchSampler(
@@ -222,13 +225,23 @@ def check_transforms_can_start(transforms: Mapping[str, Any], *, train: DataLoad
         _check_sendable(transform.argument, transform.transform, config.resolve()[0])
 
 
+def _start_method(kwargs: dict[str, Any]) -> str:
+    return kwargs["multiprocessing_context"] or multiprocessing.get_start_method(allow_none=True) or (
+        multiprocessing.get_context().get_start_method()
+    )
+
+
+def _forks(kwargs: dict[str, Any]) -> bool:
+    """Whether the loader's workers are forked from this process (they then inherit its objects)."""
+    return _start_method(kwargs) == "fork" and torch.multiprocessing.get_start_method(allow_none=True) in (
+        None, "fork")
+
+
 def _check_sendable(what: str, value: Any, kwargs: dict[str, Any]) -> None:
     if kwargs["num_workers"] == 0:
         return
-    method = kwargs["multiprocessing_context"] or multiprocessing.get_start_method(allow_none=True) or (
-        multiprocessing.get_context().get_start_method()
-    )
-    if method == "fork" and torch.multiprocessing.get_start_method(allow_none=True) in (None, "fork"):
+    method = _start_method(kwargs)
+    if _forks(kwargs):
         return
     try:
         pickle.dumps(value)

@@ -45,12 +45,13 @@ class TokenizeBatch:
 
 
 def tokenize_dataset(dataset: Any, spec: TaskSpec, tokenizer: Any, *, truncate: bool = True,
-                     num_proc: int | None = None) -> Any:
+                     num_proc: int | None = None, cache_file_name: str | None = None) -> Any:
     """Return ``dataset`` with its raw text replaced by token ids (``input_ids``, ``attention_mask``,
     and ``labels`` from the target text for seq2seq). Other columns are kept.
 
     ``truncate=False`` keeps whole inputs (the long-row policy cuts them later, and counts what it cut);
-    target text is always cut to ``max_target_len``. ``num_proc`` worker processes share the ``map``."""
+    target text is always cut to ``max_target_len``. ``num_proc`` worker processes share the ``map``, which writes
+    its result to ``cache_file_name`` (None: where ``datasets`` puts it, beside the data's own cache files)."""
     text_field, target_text = text_fields(spec)
     if target_text is not None and target_text not in dataset.column_names:
         target_text = None
@@ -64,6 +65,8 @@ def tokenize_dataset(dataset: Any, spec: TaskSpec, tokenizer: Any, *, truncate: 
         spec.additional_config.get("max_target_len"),
     )
     extra = {"desc": f"Tokenizing {text_field!r}", "num_proc": num_proc} if hasattr(dataset, "cache_files") else {}
+    if cache_file_name is not None:
+        extra["cache_file_name"] = cache_file_name
     return dataset.map(function, batched=True, remove_columns=consumed, **extra)  # streams: no desc, no num_proc
 
 
@@ -79,7 +82,11 @@ def tokenize_cached(dataset: Any, spec: TaskSpec, tokenizer: Any, cache: TokenCa
             # held once, not once per worker, and nothing is pickled.
             data.save_to_disk(str(scratch))
             data = type(dataset).load_from_disk(str(scratch))
-        return tokenize_dataset(data, spec, tokenizer, truncate=False, num_proc=cache.num_proc)
+        # The map's file goes to the scratch folder, removed once the result is saved in the cache: not beside the
+        # source's own cache files, where a second copy of the tokenized corpus would outlive the cache folder.
+        scratch.mkdir(parents=True, exist_ok=True)
+        return tokenize_dataset(data, spec, tokenizer, truncate=False, num_proc=cache.num_proc,
+                                cache_file_name=str(scratch / "tokenized.arrow"))
 
     return cache.load_or_build(cache.path_for(dataset, tokenizer, options), build)
 

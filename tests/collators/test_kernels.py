@@ -161,3 +161,16 @@ def test_starts_of_another_length_than_the_rows_are_refused_before_the_loop_read
     layout = PaddingLayout(np.array([2, 3, 1]), length=3)
     with pytest.raises(ValueError, match=r"starts should hold one start per row \(3\), but got 2"):
         layout.gather(np.arange(10), np.array([0, 4]), 0, out=torch.empty((3, 3), dtype=torch.int64))
+
+
+def test_warmed_loops_serve_arrow_token_rows_without_compiling():
+    from collators._kernels import pad_spans, warm_token_loops
+
+    warm_token_loops()
+    compiled = len(pad_spans.overloads)
+    for dtype in (np.int32, np.int64):
+        values = np.arange(10, dtype=dtype)
+        values.flags.writeable = False  # as memory-mapped Arrow buffers are
+        layout = PaddingLayout(np.array([3, 5]), length=6)
+        layout.gather(values, np.array([0, 4]), pad_value=0)
+    assert len(pad_spans.overloads) == compiled  # a forked worker inherits these: it compiles nothing

@@ -80,3 +80,14 @@ class TestCreateDataloader:
     def test_config_of_wrong_type(self):
         with pytest.raises(TypeError, match="config should be a DataLoaderConfig, but got dict"):
             DataLoaderFactory().create_dataloader(TensorDataset(torch.arange(4)), {"batch_size": 2})
+
+
+@pytest.mark.parametrize(("workers", "context", "warmed"), [(2, "fork", True), (0, None, False), (2, "spawn", False)])
+def test_the_token_loops_are_compiled_before_forking_workers(monkeypatch, workers, context, warmed):
+    import engine.loading.factory as factory
+
+    calls = []
+    monkeypatch.setattr(factory, "warm_token_loops", lambda: calls.append(1))
+    DataLoaderFactory().create_dataloader(TensorDataset(torch.arange(8)), DataLoaderConfig(
+        batch_size=4, num_workers=workers, multiprocessing_context=context))
+    assert bool(calls) is warmed  # forked workers inherit the compiled loops; spawned ones import their own

@@ -1,6 +1,7 @@
 """Raw text tokenized once per machine: the cached result equals today's single-process tokenization (also with
 num_proc=2), a second module and setup after prepare_data load it instead of tokenizing again."""
 
+import shutil
 from pathlib import Path
 
 import datasets
@@ -108,3 +109,27 @@ def test_a_lightning_fit_tokenizes_in_prepare_data_once(tmp_path):
     trainer.fit(TinyLM(), datamodule=dm)
     assert tokenized_before_setup[0] == len(TEXTS)  # Lightning's prepare_data did it, before setup
     assert trainer.global_step == 2 and sorted(counted(counter)) == sorted(TEXTS)
+
+
+def arrow_files(*folders):
+    return {path: path.stat().st_size for folder in folders if folder.exists() for path in folder.rglob("*.arrow")}
+
+
+@pytest.mark.parametrize("num_proc", [None, 2])
+def test_the_tokenized_corpus_is_kept_once_in_the_cache_folder(tmp_path, num_proc):
+    raw().save_to_disk(str(tmp_path / "source"))
+    source = datasets.load_from_disk(str(tmp_path / "source"))  # has cache files: map would write beside them
+    hf_cache = Path(datasets.config.HF_DATASETS_CACHE)
+    before = arrow_files(tmp_path, hf_cache)
+    spec = SPEC.replace(additional_config={"max_seq_len": 512})  # no row is cut: no map over the cached rows
+    dm = UniversalDataModule(source, task_spec=spec, tokenizer=build_tokenizer(), cache_dir=tmp_path / "c",
+                             num_proc=num_proc)
+    dm.setup()
+    written = {path: size for path, size in arrow_files(tmp_path, hf_cache).items() if path not in before}
+    [(kept, size)] = written.items()  # one file, in the cache folder: no map cache-*.arrow beside the source's files
+    assert kept.parent.parent == tmp_path / "c" and kept.name == "data-00000-of-00001.arrow"
+    assert [Path(f["filename"]) for f in dm.datasets["train"].dataset.cache_files] == [kept]
+    assert size < 2 * sum(len(ids) for ids in dm.datasets["train"].dataset["input_ids"]) * 8 + 65536  # one copy
+    del dm
+    shutil.rmtree(tmp_path / "c")
+    assert arrow_files(tmp_path, hf_cache) == before  # deleting the cache folder leaves no tokenized copy elsewhere
