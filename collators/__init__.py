@@ -5,7 +5,7 @@ from collators.builtins import register_builtins
 from collators.default import DefaultCollator, create_default_collator
 from collators.packed import PackedCollator, create_packed_collator
 from collators.registry import CollatorEntry, CollatorRegistry, Resolution
-from collators.text import TextCollator, create_text_collator
+from collators.text import TextCollator, create_text_collator, warm_token_loops
 from collators.vision import VisionCollator, create_vision_collator
 
 register_builtins(CollatorRegistry.get_instance())
@@ -24,4 +24,5 @@ __all__ = [
     "create_packed_collator",
     "create_text_collator",
     "create_vision_collator",
+    "warm_token_loops",
 ]

@@ -142,22 +142,3 @@ def scale_normalize(images: np.ndarray, scale: np.float32, mean: np.ndarray, std
 TOKEN_DTYPES = (np.int32, np.int64)
 """The dtypes of token values that :func:`warm_token_loops` compiles the loops for (Arrow's list<int32> and
 list<int64> columns, int64 tensors)."""
-
-
-def warm_token_loops() -> None:
-    """Compile the token padding loops in this process for the usual argument types (read-only and writable
-    values of :data:`TOKEN_DTYPES`, int64 starts, lengths and output), from numba's disk cache when it holds them.
-
-    Called before forking loader workers: each worker then inherits the compiled loops. Otherwise each worker
-    compiles them on its first batch, which imports numba's compiler and builds LLVM state in that worker:
-    about 35 MiB of private memory per worker, that forked workers cannot share.
-    """
-    starts, kept, out = np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros((1, 1), np.int64)
-    first_span_outside(0, starts, kept)
-    write_mask(kept, False, out)
-    repad_rows(out, kept, False, 0, out)
-    for dtype in TOKEN_DTYPES:
-        for writable in (False, True):
-            values = np.zeros(1, dtype)
-            values.flags.writeable = writable
-            pad_spans(values, starts, kept, False, 0, out, out, out, 0)

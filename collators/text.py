@@ -10,6 +10,7 @@ import torch
 
 from collators import _text_options as opts
 from collators._extra import collate_extra
+from collators._kernels import TOKEN_DTYPES, first_span_outside, pad_spans, repad_rows, write_mask
 from collators._padding import PaddingLayout, check_padding_side, padded_length
 from collators._text_batch import ColumnInputs, RaggedColumn, RowInputs, SpanColumn, batch_inputs
 from collators._text_inputs import flatten_ids, tokenize_column
@@ -251,3 +252,22 @@ def create_text_collator(task_spec: TaskSpec | None = None, **kwargs: Any) -> Te
         ('masked_lm', 103, 0.3)
     """
     return TextCollator(task_spec=task_spec, **kwargs)
+
+
+def warm_token_loops() -> None:
+    """Compile the token padding loops in this process for the usual argument types (read-only and writable
+    values of :data:`TOKEN_DTYPES`, int64 starts, lengths and output), from numba's disk cache when it holds them.
+
+    Called before forking loader workers: each worker then inherits the compiled loops. Otherwise each worker
+    compiles them on its first batch, which imports numba's compiler and builds LLVM state in that worker:
+    about 35 MiB of private memory per worker, that forked workers cannot share.
+    """
+    starts, kept, out = np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros((1, 1), np.int64)
+    first_span_outside(0, starts, kept)
+    write_mask(kept, False, out)
+    repad_rows(out, kept, False, 0, out)
+    for dtype in TOKEN_DTYPES:
+        for writable in (False, True):
+            values = np.zeros(1, dtype)
+            values.flags.writeable = writable
+            pad_spans(values, starts, kept, False, 0, out, out, out, 0)

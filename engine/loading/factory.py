@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, IterableDataset, Sampler, SequentialSampler
 
-from collators._kernels import warm_token_loops
+from collators import warm_token_loops
 from collators.default import DefaultCollator
 from engine.collation.handoff import WorkerCollate
 from engine.collation.seeded_collate import SeededCollate

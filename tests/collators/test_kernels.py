@@ -164,7 +164,8 @@ def test_starts_of_another_length_than_the_rows_are_refused_before_the_loop_read
 
 
 def test_warmed_loops_serve_arrow_token_rows_without_compiling():
-    from collators._kernels import pad_spans, warm_token_loops
+    from collators._kernels import pad_spans
+    from collators.text import warm_token_loops
 
     warm_token_loops()
     compiled = len(pad_spans.overloads)
