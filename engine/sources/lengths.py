@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from engine.sources.adapt import HFSource, MapSource, TensorListSource, as_source
+from engine.sources.rows import empty_rows_error
 from engine.sources.sharded import ShardedSource
 
 
@@ -36,8 +37,13 @@ def lengths_of(source: Any, key: str | None = None) -> np.ndarray:
 def check_no_empty_rows(source: MapSource, key: str | None, role: str) -> None:
     """Refuse token rows of length 0 in ``source`` (a split), naming the first one by its index in the data the
     user gave: padded, such a row is all padding, and attention over a fully masked row gives NaN. Only sources
-    whose lengths come without reading rows are checked (Arrow columns, tensor lists); others are not read here."""
-    if not isinstance(source, (HFSource, TensorListSource, ShardedSource)):
+    whose lengths come without reading rows are checked (Arrow columns, tensor lists); others are not read here.
+    Sharded data is checked batch by batch as its rows are read (:attr:`ShardedSource.token_key`), not by reading
+    every shard's token column before the first batch."""
+    if isinstance(source, ShardedSource):
+        source.token_key = key
+        return
+    if not isinstance(source, (HFSource, TensorListSource)):
         return
     try:
         lengths = lengths_of(source, key)
@@ -46,13 +52,7 @@ def check_no_empty_rows(source: MapSource, key: str | None, role: str) -> None:
     empty = np.flatnonzero(lengths == 0)
     if not empty.size:
         return
-    rows = [source.dataset_index(int(position)) for position in empty[:5]]
-    more = f" (and {empty.size - 5} more)" if empty.size > 5 else ""
-    raise ValueError(f"{key or 'the row'!r} should hold at least one token in every row, but row"
-                     f"{'s' if empty.size > 1 else ''} {', '.join(map(str, rows))}{more} of the {role} data "
-                     f"{'hold' if empty.size > 1 else 'holds'} 0 tokens; padded, an empty row is all padding and "
-                     f"gives NaN in attention: filter empty rows out of the data (e.g. dataset.filter(lambda row: "
-                     f"len(row[{key or 'input_ids'!r}]) > 0))")
+    raise empty_rows_error([source.dataset_index(int(position)) for position in empty[:5]], int(empty.size), key, role)
 
 
 def _hf_lengths(dataset: Any, key: str | None) -> np.ndarray:

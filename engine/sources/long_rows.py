@@ -166,6 +166,8 @@ def apply_long_rows(source: MapSource, key: str | None, policy: LongRows, frame:
     """
     if not isinstance(source, (HFSource, TensorListSource, ShardedSource)):  # check_sources refused them
         return source, None
+    if isinstance(source, ShardedSource) and policy.policy == "truncate":  # the collator cuts; a count would read
+        return source, None  # every shard's token column before the first batch
     try:
         lengths = lengths_of(source, key)
     except (KeyError, TypeError):

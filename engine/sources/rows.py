@@ -168,3 +168,14 @@ class ColumnarSource(MapSource):
             raise  # every row reads on its own: the column read itself failed
         return ColumnBatch(columns, len(positions), rng_seed=getattr(indices, "rng_seed", None), role=self.role,
                            indices=self.user_indices(positions))
+
+
+def empty_rows_error(rows: list[int], count: int, key: str | None, role: str) -> ValueError:
+    """The refusal of token rows of length 0 (``rows``: the first few of ``count``, as indices in the data given)."""
+    plural = count > 1
+    more = f" (and {count - 5} more)" if count > 5 else ""
+    return ValueError(f"{key or 'the row'!r} should hold at least one token in every row, but row"
+                      f"{'s' if plural else ''} {', '.join(map(str, rows))}{more} of the {role} data "
+                      f"{'hold' if plural else 'holds'} 0 tokens; padded, an empty row is all padding and "
+                      f"gives NaN in attention: filter empty rows out of the data (e.g. dataset.filter(lambda row: "
+                      f"len(row[{key or 'input_ids'!r}]) > 0))")

@@ -17,13 +17,16 @@ from typing import Any
 import numpy as np
 
 from collators.columns import RaggedColumn
-from engine.sources.rows import ColumnarSource
+from engine.sources.rows import ColumnarSource, empty_rows_error
 from engine.sources.shard_listing import ShardListing, Shards, list_shards
 from engine.sources.shard_reader import RowGroupReader
 
 
 class ShardedSource(ColumnarSource):
     """The rows of a :class:`ShardListing`, read a row group at a time; ``positions`` views a split of them."""
+
+    token_key: str | None = None
+    """The token column whose rows must not be empty (set at setup from the spec), checked as batches are read."""
 
     def __init__(self, listing: ShardListing, positions: np.ndarray | None = None) -> None:
         self.listing = listing
@@ -102,7 +105,16 @@ class ShardedSource(ColumnarSource):
         return table.take(pa.array(np.argsort(order, kind="stable")))
 
     def _fetch(self, positions: list[int]) -> list[dict[str, Any]]:
-        return self._table(positions).to_pylist()
+        rows = self._table(positions).to_pylist()
+        if self.token_key is not None:
+            self._check_tokens(positions, [len(row.get(self.token_key) or ()) for row in rows])
+        return rows
+
+    def _check_tokens(self, positions: Sequence[int], lengths: Any) -> None:
+        empty = np.flatnonzero(np.asarray(lengths) == 0)
+        if empty.size:
+            rows = [self.user_index(int(positions[i])) for i in empty[:5]]
+            raise empty_rows_error(rows, int(empty.size), self.token_key, self.role)
 
     def columnar(self) -> bool:
         import pyarrow as pa
@@ -130,6 +142,8 @@ class ShardedSource(ColumnarSource):
             np.cumsum(lengths, out=offsets[1:])
             values = np.concatenate(pieces) if pieces else views[0][1][:0] if views else np.empty(0, np.int64)
             columns[name] = RaggedColumn(values, offsets)
+            if name == self.token_key:
+                self._check_tokens(positions, lengths)
         others = [name for name in self.column_names if name not in columns]
         if others:
             table = self._table(positions).select(others)
@@ -152,7 +166,11 @@ class ShardedSource(ColumnarSource):
         if saved.exists():
             lengths = np.load(saved)
         else:
-            lengths = np.concatenate([self.reader.lengths(group, key) for group in range(self.listing.num_groups)])
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max_workers=8) as pool:  # ranged reads of one column, in parallel
+                lengths = np.concatenate(list(pool.map(lambda group: self.reader.lengths(group, key),
+                                                       range(self.listing.num_groups))))
             lengths = lengths.astype(np.int32 if len(lengths) and lengths.max() < 2**31 else np.int64)
             _save(saved, lengths)
         return (lengths[self.positions] if self.positions is not None else lengths).astype(np.int64)

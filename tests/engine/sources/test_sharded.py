@@ -313,3 +313,24 @@ def test_a_forked_worker_does_not_wait_for_the_parents_read_ahead(corpus, tmp_pa
     assert not reading.is_alive(), "the read waited for a future of the parent's threads"
     table = tables[0]
     assert table.column("doc").to_pylist() == list(range(120, 150))  # row group 3: rows 120-149 of shard 0
+
+
+def test_plain_batching_reads_no_shard_before_its_batches(corpus, tmp_path):
+    """Truncation and the empty-row check read no token column up front: the first batch fetches only the row groups
+    it and the batches read ahead need, so a cold start or a resume is a few row groups, not the corpus."""
+    folder, _ = corpus
+    dm = module(shards(folder, tmp_path))
+    next(iter(dm.train_dataloader()))
+    assert not list((tmp_path / "cache").glob("lengths-*"))
+    assert len(list((tmp_path / "cache").glob("*.arrow"))) < 16
+
+
+def test_an_empty_token_row_is_refused_when_its_batch_is_read(tmp_path):
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    pq.write_table(pa.table({"input_ids": pa.array([[5, 6], [], [7]], pa.list_(pa.int32())), "doc": [0, 1, 2]}),
+                   folder / "part-0.parquet")
+    dm = module(shards(folder, tmp_path), batch_size=3, shuffle=False)
+    with pytest.raises(ValueError, match=r"'input_ids' should hold at least one token in every row, but row 1 of "
+                                         r"the train data holds 0 tokens"):
+        next(iter(dm.train_dataloader()))
