@@ -21,11 +21,16 @@ class Unreadable(torch.utils.data.Dataset):
 
 
 class FloatRow(torch.utils.data.Dataset):
+    """``size`` rows of token ids, except row ``bad``, which holds floats (it fails to collate)."""
+
+    def __init__(self, size=8, bad=5):
+        self.size, self.bad = size, bad
+
     def __len__(self):
-        return 8
+        return self.size
 
     def __getitem__(self, index):
-        return {"input_ids": torch.arange(5, 9) if index != 5 else torch.tensor([1.5, 2.5])}
+        return {"input_ids": torch.arange(5, 9) if index != self.bad else torch.tensor([1.5, 2.5])}
 
 
 def drain(dm):
@@ -64,14 +69,6 @@ def test_the_happy_path_is_unchanged():
     assert len(next(iter(dm.train_dataloader()))["input_ids"]) == 4
 
 
-class FloatRowAt13(torch.utils.data.Dataset):
-    def __len__(self):
-        return 20
-
-    def __getitem__(self, index):
-        return {"input_ids": torch.arange(5, 9) if index != 13 else torch.tensor([1.5, 2.5])}
-
-
 def rows_pattern(rows):
     return r"\[" + ", ".join(map(str, rows)) + r"\]"
 
@@ -82,7 +79,7 @@ class TestRowsAreTheUsersOwn:
 
     @pytest.mark.parametrize("workers", [0, 2])
     def test_a_val_split_batch_names_dataset_indices(self, workers):
-        dm = UniversalDataModule(FloatRowAt13(), task_spec=TaskSpec.lm_tiny(), batch_size=3, val_split=8, seed=4,
+        dm = UniversalDataModule(FloatRow(20, bad=13), task_spec=TaskSpec.lm_tiny(), batch_size=3, val_split=8, seed=4,
                                  num_workers=workers)
         dm.setup()
         assert 13 in dm.split_plan.val
@@ -95,7 +92,7 @@ class TestRowsAreTheUsersOwn:
 
     @pytest.mark.parametrize("workers", [0, 2])
     def test_a_shuffled_train_split_names_the_row_not_its_place(self, workers):
-        dm = UniversalDataModule(FloatRowAt13(), task_spec=TaskSpec.lm_tiny(), batch_size=4, val_split=4, seed=2,
+        dm = UniversalDataModule(FloatRow(20, bad=13), task_spec=TaskSpec.lm_tiny(), batch_size=4, val_split=4, seed=2,
                                  num_workers=workers)
         dm.setup()
         assert 13 in dm.split_plan.train
