@@ -68,10 +68,14 @@ class ShardedSource(ColumnarSource):
             raise IndexError(f"row {int(bad)} is out of range for the {size} rows of the {self.role} data")
         return self.positions[rows] if self.positions is not None else rows
 
+    def group_of(self, rows: np.ndarray) -> np.ndarray:
+        """The row group of each of the corpus ``rows`` (one binary search of the groups' first rows)."""
+        return np.searchsorted(self.listing.group_start, rows, side="right") - 1
+
     def row_groups(self) -> np.ndarray:
         """The row group of each of this source's rows (what the training order keeps together)."""
         rows = self.positions if self.positions is not None else np.arange(self.listing.num_rows)
-        return (np.searchsorted(self.listing.group_start, rows, side="right") - 1).astype(np.int32)
+        return self.group_of(rows).astype(np.int32)
 
     def __getitems__(self, indices: Sequence[int]) -> Any:
         # The batch's row groups first: a shard that fails to read (after its retries), changed or went is raised
@@ -84,14 +88,14 @@ class ShardedSource(ColumnarSource):
         return super().__getitems__(indices)
 
     def _groups(self, rows: np.ndarray) -> list[int]:
-        return np.unique(np.searchsorted(self.listing.group_start, rows, side="right") - 1).tolist()
+        return np.unique(self.group_of(rows)).tolist()
 
     def _table(self, positions: Sequence[int]) -> Any:
         """The rows at ``positions`` as one ``pyarrow.Table``, in the order asked, read group by group."""
         import pyarrow as pa
 
         rows = self.corpus_rows(positions)
-        groups = np.searchsorted(self.listing.group_start, rows, side="right") - 1
+        groups = self.group_of(rows)
         order = np.argsort(groups, kind="stable")
         pieces, sorted_groups = [], groups[order]
         bounds = np.flatnonzero(np.diff(sorted_groups)) + 1
@@ -125,22 +129,20 @@ class ShardedSource(ColumnarSource):
         """``{column: RaggedColumn | list}`` of the rows at ``positions``: token columns gathered from numpy views of
         the memory-mapped row groups (one slice a row), others as Python values (as the row path gives them)."""
         rows = self.corpus_rows(positions)
-        groups = np.searchsorted(self.listing.group_start, rows, side="right") - 1
+        groups = self.group_of(rows)
         local = (rows - self.listing.group_start[groups]).tolist()
         groups = groups.tolist()
         columns: dict[str, Any] = {}
         for name in self.column_names:
-            views = [self.reader.ragged(group, name) for group in dict.fromkeys(groups)]
-            if any(view is None for view in views):  # not a list of integers without nulls
+            views = {group: self.reader.ragged(group, name) for group in dict.fromkeys(groups)}
+            if any(view is None for view in views.values()):  # not a list of integers without nulls
                 continue
-            pieces = []
-            for group, row in zip(groups, local):
-                offsets, values = self.reader.ragged(group, name)
-                pieces.append(values[offsets[row]:offsets[row + 1]])
+            pieces = [views[group][1][views[group][0][row]:views[group][0][row + 1]]
+                      for group, row in zip(groups, local)]
             lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
             offsets = np.zeros(len(pieces) + 1, dtype=np.int64)
             np.cumsum(lengths, out=offsets[1:])
-            values = np.concatenate(pieces) if pieces else views[0][1][:0] if views else np.empty(0, np.int64)
+            values = np.concatenate(pieces) if pieces else np.empty(0, np.int64)
             columns[name] = RaggedColumn(values, offsets)
             if name == self.token_key:
                 self._check_tokens(positions, lengths)
