@@ -12,6 +12,7 @@ from engine.multi.module import MultiDataModule, build_multi_loader
 from engine.sampling.epochs import set_epoch
 from engine.sampling.eval import ShardedEvalBatchSampler
 from engine.sampling.length import LengthGroupedBatchSampler, TokenBudgetBatchSampler
+from engine.sampling.mixture import Mixture
 from engine.sampling.packed import PackedBatchSampler
 from engine.sampling.seeded import SeededBatchSampler
 from engine.sources.bad_rows import SkippedRow, SkipReport
@@ -41,6 +42,7 @@ __all__ = [
     "DeviceNormalize",
     "EpochLengthPolicy",
     "LengthGroupedBatchSampler",
+    "Mixture",
     "MultiDataLoader",
     "MultiDataLoaderConfig",
     "MultiDataModule",

@@ -17,6 +17,7 @@ from engine.sources.inputs import check_inputs, token_field
 from engine.sources.kinds import is_hf_dataset_dict, unpack_dataset_dict
 from engine.sources.lengths import check_no_empty_rows
 from engine.sources.long_rows import LongRows, apply_long_rows, check_rows_left, describe, special_frame
+from engine.sources.mixed import MixedSource
 from engine.sources.preprocess import has_raw_text, prepare_source, prepare_stream
 from engine.sources.splits import SplitPlan, plan_splits, split_views
 from engine.sources.streams import EpochStream, check_stream_options, is_hf_stream, peek_rows, stream_fingerprint
@@ -55,8 +56,30 @@ def take_inputs(train_data: Any, *, val_data: Any, test_data: Any, predict_data:
     for role, source in given.items():
         check_inputs(source, task_spec, tokenizer, f"{role}_data", require_target=role != "predict")
     if train_data is not None:  # validates the split arguments now, before any work
-        plan_splits(len(given["train"]), val_split=val_split, test_split=test_split, seed=seed)
+        for part in given["train"].sources if isinstance(given["train"], MixedSource) else [given["train"]]:
+            plan_splits(len(part), val_split=val_split, test_split=test_split, seed=seed)
     return given, stream
+
+
+def take_mixture(train_data: Mapping[str, Any], names: tuple[str, ...], *, task_spec: Any, tokenizer: Any,
+                 on_error: str) -> MixedSource:
+    """The named sources of a mixture, each adapted and checked as train data, as one :class:`MixedSource` in
+    the order of the mixture's ``names``."""
+    if set(train_data) != set(names):
+        missing, extra = sorted(set(names) - set(train_data)), sorted(set(train_data) - set(names))
+        raise KeyError(f"mix should weigh every source of train_data {sorted(train_data)} and no other; sources "
+                       f"without a weight: {extra}, weights without a source: {missing}")
+    key = task_spec.input_fields[0] if task_spec is not None else None
+    parts = {}
+    for name in names:
+        data = train_data[name]
+        if is_hf_stream(data) or is_hf_dataset_dict(data):
+            raise TypeError(f"train_data[{name!r}] is a {type(data).__name__}; a mixture's sources are map-style "
+                            f"data (a datasets.Dataset, a torch Dataset, a list of tensors, Shards...): pass one "
+                            f"split, e.g. dataset_dict['train']")
+        parts[name] = as_source(data, key=key, spec=task_spec, what=f"train_data[{name!r}]", on_error=on_error)
+        check_inputs(parts[name], task_spec, tokenizer, f"train_data[{name!r}]")
+    return MixedSource(parts)
 
 
 def prepare_inputs(given: dict[str, MapSource], stream: Any, task_spec: Any, tokenizer: Any, *,
@@ -67,6 +90,10 @@ def prepare_inputs(given: dict[str, MapSource], stream: Any, task_spec: Any, tok
     applied to each split, so that no document's windows land in two splits. None: truncation, default cache.
     Each split is its own copy of the source (views cut by ``val_split`` included) with its ``transforms[role]``."""
     long_rows, cache = long_rows or LongRows(), cache or TokenCache()
+    if isinstance(given.get("train"), MixedSource):
+        return _prepare_mixture(given, task_spec, tokenizer, val_split=val_split, test_split=test_split, seed=seed,
+                                rank=rank, world_size=world_size, long_rows=long_rows, cache=cache,
+                                transforms=transforms)
     raw = {role for role, source in given.items() if has_raw_text(source, task_spec)}
     with machine_first() if raw else contextlib.nullcontext():  # local rank 0 tokenizes, the others load
         sources = {role: prepare_source(source, task_spec, tokenizer, cache) for role, source in given.items()}
@@ -100,6 +127,32 @@ def prepare_inputs(given: dict[str, MapSource], stream: Any, task_spec: Any, tok
                     {role: r for role, r in reports.items() if r is not None})
 
 
+def _prepare_mixture(given: dict[str, MapSource], task_spec: Any, tokenizer: Any, *, val_split: float | int,
+                     test_split: float | int, seed: int, rank: int, world_size: int, long_rows: LongRows,
+                     cache: TokenCache, transforms: Mapping[str, RowTransform | None] | None) -> Prepared:
+    """Each source of a mixture prepared as train data on its own (tokenized, split by ``val_split``/``test_split``,
+    long rows), then each split's parts laid end to end; the other splits given are prepared as usual."""
+    mixed = given["train"]
+    common = {"task_spec": task_spec, "tokenizer": tokenizer, "seed": seed, "rank": rank, "world_size": world_size,
+              "long_rows": long_rows, "cache": cache, "transforms": transforms}
+    parts = {name: prepare_inputs({"train": part}, None, val_split=val_split, test_split=test_split, **common)
+             for name, part in zip(mixed.names, mixed.sources)}
+    others = {role: source for role, source in given.items() if role != "train"}
+    prepared = prepare_inputs(others, None, val_split=0, test_split=0, **common) if others else None
+    sources = dict(prepared.sources) if prepared is not None else {}
+    for role in ("train", "val", "test"):
+        if all(role in part.sources for part in parts.values()):
+            mixed_role = MixedSource({name: part.sources[role] for name, part in parts.items()})
+            sources[role] = mixed_role.for_role(role, (transforms or {}).get(role))
+    digest = hashlib.blake2b(digest_size=12)
+    for name, part in parts.items():
+        digest.update(f"{name}\x00{part.fingerprint}\x00".encode())
+    reports = dict(prepared.long_rows) if prepared is not None else {}
+    reports.update({f"{role} {name!r}": report for name, part in parts.items()
+                    for role, report in part.long_rows.items()})
+    return Prepared(sources, digest.hexdigest(), None, reports)
+
+
 def _for_roles(sources: dict[str, MapSource], transforms: Mapping[str, Any] | None) -> dict[str, MapSource]:
     """Each source as its own copy serving its split (named in errors) with that split's transform."""
     return {role: source.for_role(role, (transforms or {}).get(role)) for role, source in sources.items()}
@@ -109,8 +162,9 @@ def prepare_tokens(given: dict[str, MapSource], task_spec: Any, tokenizer: Any, 
     """Tokenize each raw-text source into the on-disk cache (``prepare_data``: Lightning runs it on each
     machine's local rank 0), so that setup on every rank only loads it."""
     for source in given.values():
-        if has_raw_text(source, task_spec):
-            prepare_source(source, task_spec, tokenizer, cache)
+        for part in source.sources if isinstance(source, MixedSource) else [source]:
+            if has_raw_text(part, task_spec):
+                prepare_source(part, task_spec, tokenizer, cache)
 
 
 class Prepared(NamedTuple):

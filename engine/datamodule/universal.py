@@ -14,9 +14,11 @@ from engine.core.rng import drawn_seed
 from engine.datamodule import options
 from engine.datamodule.checkpointing import CheckpointedModule
 from engine.datamodule.collator import check_collator_kwargs, module_collator
-from engine.datamodule.given import log_long_rows, prepare_inputs, prepare_tokens, take_inputs
+from engine.datamodule.given import log_long_rows, prepare_inputs, prepare_tokens, take_inputs, take_mixture
+from engine.datamodule.mixing import check_mixture_batching, mixture_order
 from engine.loading.factory import DataLoaderFactory, check_transforms_can_start, check_workers_can_start
 from engine.loading.state import TrainPosition
+from engine.sampling.mixture import as_mixture
 from engine.sampling.modes import resolve_batching
 from engine.sources.adapt import MapSource
 from engine.sources.bad_rows import SkipReport
@@ -45,7 +47,8 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
     Args:
         train_data: A ``datasets.Dataset`` or ``DatasetDict``, a ``datasets.IterableDataset`` (a stream), a map-style
             torch ``Dataset``, a list of tensors (one flat buffer), a dict of columns, or paths to files. Several
-            named datasets, ``{name: data}``, are a :class:`engine.multi.module.MultiDataModule`.
+            named datasets, ``{name: data}``, are mixed inside every batch with ``mix=``, or are a
+            :class:`engine.multi.module.MultiDataModule` (a loader per name).
         task_spec: What the task is; picks the collator through the registry. None uses the default collator.
         tokenizer: Tokenizer for raw text (tokenized once at setup) and for pad/mask ids.
         val_data, test_data, predict_data: Optional separate datasets of the same kinds.
@@ -83,6 +86,10 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
             ``preprocessing_config['long_rows']`` (and ``'stride'``), else 'truncate'.
         cache_dir, num_proc: Where raw text tokenized once per machine is cached (default beside the datasets
             cache), and the processes that tokenize it.
+        mix: With ``train_data={name: data}``: a :class:`engine.sampling.mixture.Mixture` (or its weights
+            ``{name: weight}``) that mixes the sources of one task inside every training batch at exact
+            proportions, with an optional schedule; see docs/mixtures.md. ``val_split``/``test_split`` cut each
+            source.
 
     Example:
         >>> import torch
@@ -107,13 +114,24 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
         train_transform: Callable[..., Any] | None = None, eval_transform: Callable[..., Any] | None = None,
         long_rows: str | None = None, stride: int | None = None, cache_dir: str | None = None,
         num_proc: int | None = None, timeout: float = 0, multiprocessing_context: str | None = None,
+        mix: Any = None,
     ) -> None:
         super().__init__()
         seed = drawn_seed(seed)  # before the configuration is recorded, so a checkpoint holds the seed drawn
         options.record_configuration(self, options.checkpoint_configuration(locals(), NOT_CHECKPOINTED))
-        if is_named_datasets(train_data, task_spec):
-            raise TypeError(f"train_data={{name: data}} holds several named datasets {sorted(train_data)}; use "
-                            f"MultiDataModule(train_data, ...) for a module per name, or pass one dataset")
+        self.mixture = as_mixture(mix) if mix is not None else None
+        named = is_named_datasets(train_data, task_spec)
+        if named and self.mixture is None:
+            raise TypeError(f"train_data={{name: data}} holds several named datasets {sorted(train_data)}; pass "
+                            f"mix={{name: weight}} to mix them inside every batch, use MultiDataModule(train_data, "
+                            f"...) for a loader per name, or pass one dataset")
+        if self.mixture is not None:
+            if not named:
+                names = ", ".join(f"{name!r}: ..." for name in self.mixture.names)
+                raise TypeError(f"mix= mixes named sources, so train_data should be {{name: data}}, but got "
+                                f"{type(train_data).__name__}; pass train_data={{{names}}}")
+            train_data = take_mixture(train_data, self.mixture.names, task_spec=task_spec, tokenizer=tokenizer,
+                                      on_error=on_error)
         check_collator_kwargs(task_spec, collator_kwargs)
         self._given, self._stream = take_inputs(
             train_data, val_data=val_data, test_data=test_data, predict_data=predict_data, task_spec=task_spec,
@@ -132,6 +150,8 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
         self.batching, self.max_tokens, self.batching_reason = resolve_batching(task_spec, batching, max_tokens,
                                                                                 self.train_config.shuffle)
         options.check_batch_size_is_used(self.batching, batch_size, eval_batch_size)
+        if self.mixture is not None:
+            check_mixture_batching(self.mixture, self.batching)
         options.check_stream_batching(self._stream is not None, self.batching)
         self.collator, self.collator_resolution = module_collator(
             task_spec, tokenizer, collate_fn, collator_name, collator_kwargs, device_normalize=device_normalize,
@@ -210,10 +230,14 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
             return self._position.loader
 
     def _new_train_loader(self) -> StatefulDataLoader:
+        key = self.task_spec.input_fields[0] if self.task_spec else None
+        order = None
+        if self.mixture is not None:
+            order = mixture_order(self.mixture, self.datasets["train"], batching=self.batching, key=key,
+                                  global_batch=self.train_config.batch_size * self.world_size, seed=self.seed)
         return self._factory.train_dataloader(
-            self.datasets["train"], self.train_config, batching=self.batching, max_tokens=self.max_tokens,
-            key=self.task_spec.input_fields[0] if self.task_spec else None, rank=self.rank,
-            num_replicas=self.world_size, uneven=self.uneven)
+            self.datasets["train"], self.train_config, batching=self.batching, max_tokens=self.max_tokens, key=key,
+            rank=self.rank, num_replicas=self.world_size, uneven=self.uneven, order=order)
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Lightning hook, on the device: finish uint8 image batches (``device_normalize``); others unchanged."""

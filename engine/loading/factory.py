@@ -23,7 +23,7 @@ from engine.loading.config import DataLoaderConfig
 from engine.loading.loader import ResumableLoader
 from engine.loading.pipeline import Threads
 from engine.sampling.base import EpochBatchSampler, EpochHandle
-from engine.sampling.blocks import BlockOrder
+from engine.sampling.blocks import BlockOrder, EpochOrder
 from engine.sampling.eval import ShardedEvalBatchSampler
 from engine.sampling.length import LengthGroupedBatchSampler, TokenBudgetBatchSampler
 from engine.sampling.packed import PackedBatchSampler
@@ -117,12 +117,13 @@ class DataLoaderFactory:
 
     def train_dataloader(self, source: Any, config: DataLoaderConfig, *, batching: str = "plain",
                          max_tokens: int | None = None, key: str | None = None, rank: int = 0, num_replicas: int = 1,
-                         uneven: str = "pad") -> ResumableLoader:
-        """A training loader over ``source`` with the sampler of ``batching`` (a stream keeps its own order)."""
+                         uneven: str = "pad", order: EpochOrder | None = None) -> ResumableLoader:
+        """A training loader over ``source`` with the sampler of ``batching`` (a stream keeps its own order);
+        ``order``: the epoch order to draw from (a mixture's), else sharded data's block order or a shuffle."""
         sampler = None if isinstance(source, IterableDataset) else batch_sampler_for(
             source, batching=batching, batch_size=config.batch_size, max_tokens=max_tokens, key=key,
             seed=config.seed, shuffle=config.shuffle, drop_last=config.drop_last, num_replicas=num_replicas,
-            rank=rank, uneven=uneven, max_length=getattr(config.collate_fn, "max_length", None))
+            rank=rank, uneven=uneven, max_length=getattr(config.collate_fn, "max_length", None), order=order)
         return self.create_dataloader(source, config, batch_sampler=sampler, rank=rank, num_replicas=num_replicas,
                                       uneven=uneven)
 
@@ -143,14 +144,17 @@ class DataLoaderFactory:
 def batch_sampler_for(source: Any, *, batching: str, batch_size: int, seed: int, key: str | None = None,
                       max_tokens: int | None = None, shuffle: bool = True, drop_last: bool = False,
                       num_replicas: int = 1, rank: int = 0, uneven: str = "pad",
-                      max_length: int | None = None) -> EpochBatchSampler:
+                      max_length: int | None = None, order: EpochOrder | None = None) -> EpochBatchSampler:
     """The training batch sampler of a resolved ``batching`` mode (see :mod:`engine.sampling.modes`).
 
     ``max_length`` (packed only) is the collator's truncation, so rows are packed at the length they will have.
+    ``order`` (a mixture's) replaces the sampler's own shuffle; by default sharded data gets its block order.
     """
-    ranks = {"num_replicas": num_replicas, "rank": rank, "uneven": uneven, "order": block_order(source)}
+    order = order if order is not None else block_order(source)
+    ranks = {"num_replicas": num_replicas, "rank": rank, "uneven": uneven, "order": order}
     if batching == "plain":
-        return SeededBatchSampler(len(source), batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last, **ranks)
+        rows = order.size if order is not None and order.varies else len(source)
+        return SeededBatchSampler(rows, batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last, **ranks)
     lengths = lengths_of(source, key)
     if batching == "grouped":
         return LengthGroupedBatchSampler(lengths, batch_size, seed=seed, drop_last=drop_last, **ranks)

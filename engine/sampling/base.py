@@ -142,6 +142,12 @@ class EpochBatchSampler(Sampler[list[int]]):
             yield batch
         self._pass = self._pass.finished(epoch)
 
+    @property
+    def mixture(self) -> Any:
+        """The order of a mixture of sources this sampler draws from (:mod:`engine.sampling.mixing`), or None."""
+        order = getattr(self, "order", None)
+        return order if callable(getattr(order, "saved", None)) else None
+
     def retire(self, reason: str) -> None:
         """Make iterators still running over this sampler raise ``reason`` instead of yielding stale batches."""
         self._retired = reason
@@ -152,6 +158,8 @@ class EpochBatchSampler(Sampler[list[int]]):
         number of ranks, also that number, the global batch and the parts of the epoch served on other ranks.
         "Resume state" in ``docs/architecture.md`` describes it."""
         state = {"seed": self.seed, **self._pass.as_state()}
+        if self.mixture is not None:
+            state["mixture"] = self.mixture.saved(self)
         if self.is_elastic:
             state.update(num_replicas=self.num_replicas, global_batch=elastic.global_batch(self),
                          served=[list(segment) for segment in self._pass.served])
@@ -175,6 +183,8 @@ class EpochBatchSampler(Sampler[list[int]]):
                 f"resuming would visit a different order. Build the loader with seed={state['seed']}"
             )
         saved = PassState.from_state(state)
+        if self.mixture is not None and not self.mixture.check_saved(state.get("mixture")):
+            return PassState.at(saved.epoch + 1, 0, saved.offset)  # another mixture goes on from the next epoch
         replicas = getattr(self, "num_replicas", 1)
         saved_replicas = check_saved_int("sampler state", "num_replicas", state.get("num_replicas", replicas), low=1)
         segments: tuple[elastic.Segment, ...] = ()
@@ -205,3 +215,5 @@ class EpochBatchSampler(Sampler[list[int]]):
         the epoch a caller pinned (:meth:`PassState.loaded <engine.sampling.position.PassState.loaded>`)."""
         saved = self.check_state(state)
         self._pass = self._pass.loaded(saved, len(self._batches(saved.epoch, saved.served)))
+        if self.mixture is not None:
+            self.mixture.restore(self, state.get("mixture"))

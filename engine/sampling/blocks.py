@@ -10,9 +10,26 @@ full shuffle.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 
 from engine.core.checks import check_int
+from engine.core.rng import derive_seed
+
+
+class EpochOrder(Protocol):
+    """An epoch order a sampler draws from instead of its own shuffle: :class:`BlockOrder` (sharded data) or
+    :class:`engine.sampling.mixing.MixtureOrder` (a mixture of sources)."""
+
+    size: int
+    varies: bool
+    always: bool
+
+    @property
+    def key(self) -> object: ...
+
+    def epoch_rows(self, seed: int, epoch: int) -> np.ndarray: ...
 
 
 class BlockOrder:
@@ -33,6 +50,20 @@ class BlockOrder:
             self.groups = None
         else:  # a split's rows in another order: sorted by row group when an epoch is drawn
             self.run_starts, self.groups = None, groups
+
+    always = False
+    """Used only when the sampler shuffles (a mixture's order is its order either way)."""
+    varies = False
+    """Every epoch has the same rows (:class:`engine.sampling.mixing.MixtureOrder`'s epochs can differ)."""
+
+    @property
+    def key(self) -> int:
+        """What a sampler's fingerprint adds for this order."""
+        return self.window
+
+    def epoch_rows(self, seed: int, epoch: int) -> np.ndarray:
+        """The order of ``epoch`` for a sampler of ``seed``."""
+        return self.permutation(derive_seed(seed, "blocks", epoch))
 
     def permutation(self, seed: int) -> np.ndarray:
         """Every row once: row groups in a permutation drawn from ``seed``, rows shuffled within windows."""

@@ -99,8 +99,28 @@ def remaining_order(sampler: ElasticSampler, epoch: int, segments: tuple[Segment
                              f"from other data or options, or was changed since")
         served = [batches[:position] for batches in per_rank]
         rows = np.fromiter((row for batches in served for batch in batches for row in batch), dtype=np.int64)
-        order = order[~np.isin(order, rows)]
+        order = without(order, rows)
     return order
+
+
+def without(order: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``order`` less one occurrence of each of ``rows`` (the earliest), in order. An order holds a row more than
+    once when a mixture cycles a source within an epoch; each served copy removes one."""
+    if not len(rows):
+        return order
+    if len(np.unique(order)) == len(order):
+        return order[~np.isin(order, rows)]
+    values, counts = np.unique(rows, return_counts=True)
+    by_value = np.argsort(order, kind="stable")
+    ordered = order[by_value]
+    firsts = np.searchsorted(ordered, ordered, side="left")
+    occurrence = np.arange(len(ordered)) - firsts  # 0 for a row's first copy in the order, 1 for its second...
+    found = np.searchsorted(values, ordered)
+    found[found == len(values)] = 0
+    served = np.where(values[found] == ordered, counts[found], 0)
+    keep = np.empty(len(order), dtype=bool)
+    keep[by_value] = occurrence >= served
+    return order[keep]
 
 
 def pass_batches(sampler: ElasticSampler, epoch: int, segments: tuple[Segment, ...], *, num_replicas: int | None = None,

@@ -19,7 +19,7 @@ import torch
 from engine.core.checks import check_choice, check_int, check_rank
 from engine.core.rng import derive_seed
 from engine.sampling.base import EpochBatchSampler
-from engine.sampling.blocks import BlockOrder
+from engine.sampling.blocks import EpochOrder
 from engine.sampling.ranks import UNEVEN_POLICIES, deal_to_ranks, equalize_batch_counts
 
 OVERSIZED_POLICIES = ("error", "alone")
@@ -38,7 +38,7 @@ class _LengthAware(EpochBatchSampler):
     """Shared parts: the epoch's permutation, mega-batch sorting, batch shuffling and a data fingerprint."""
 
     def __init__(self, lengths: Any, *, seed: int, mega_batch_factor: int, num_replicas: int, rank: int,
-                 uneven: str, order: BlockOrder | None = None) -> None:
+                 uneven: str, order: EpochOrder | None = None) -> None:
         mega_batch_factor = check_int("mega_batch_factor", mega_batch_factor, minimum=1)
         rank, num_replicas = check_rank(rank, num_replicas)
         check_choice("uneven", uneven, UNEVEN_POLICIES)
@@ -52,7 +52,7 @@ class _LengthAware(EpochBatchSampler):
     def epoch_order(self, epoch: int) -> np.ndarray:
         """Every row of ``epoch`` in the seeded order the ranks share them (before grouping by length)."""
         if self.order is not None:
-            return self.order.permutation(derive_seed(self.seed, "blocks", epoch))
+            return self.order.epoch_rows(self.seed, epoch)
         return np.random.default_rng(derive_seed(self.seed, "length-aware", epoch)).permutation(len(self.lengths))
 
     def epoch_batches(self, epoch: int) -> list[list[int]]:
@@ -87,13 +87,16 @@ class _LengthAware(EpochBatchSampler):
         return self._digest
 
     def _options(self) -> tuple[Any, ...]:
-        window = (self.order.window,) if self.order is not None else ()  # states saved without one hash as before
-        return (type(self).__name__, self.mega_batch_factor, self.uneven, *window)
+        order = (self.order.key,) if self.order is not None else ()  # states saved without one hash as before
+        return (type(self).__name__, self.mega_batch_factor, self.uneven, *order)
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "fingerprint": self._fingerprint()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.mixture is not None and not self.mixture.check_saved(state.get("mixture")):
+            super().load_state_dict(state)  # another mixture, accepted: its next epoch, whatever the lengths
+            return
         if "fingerprint" in state and state["fingerprint"] != self._fingerprint():
             raise ValueError(
                 f"sampler state was saved from other lengths or options ({state['fingerprint']} != "
@@ -125,7 +128,7 @@ class LengthGroupedBatchSampler(_LengthAware):
 
     def __init__(self, lengths: Any, batch_size: int, *, seed: int = 0, mega_batch_factor: int = 50,
                  drop_last: bool = False, num_replicas: int = 1, rank: int = 0, uneven: str = "pad",
-                 order: BlockOrder | None = None) -> None:
+                 order: EpochOrder | None = None) -> None:
         batch_size = check_int("batch_size", batch_size, minimum=1)
         super().__init__(lengths, seed=seed, mega_batch_factor=mega_batch_factor, num_replicas=num_replicas,
                          rank=rank, uneven=uneven, order=order)
@@ -176,7 +179,7 @@ class TokenBudgetBatchSampler(_LengthAware):
 
     def __init__(self, lengths: Any, max_tokens: int, *, seed: int = 0, mega_batch_factor: int = 50,
                  max_batch_size: int | None = None, pad_to_multiple_of: int = 1, oversized: str = "error",
-                 num_replicas: int = 1, rank: int = 0, uneven: str = "pad", order: BlockOrder | None = None) -> None:
+                 num_replicas: int = 1, rank: int = 0, uneven: str = "pad", order: EpochOrder | None = None) -> None:
         max_tokens = check_int("max_tokens", max_tokens, minimum=1)
         pad_to_multiple_of = check_int("pad_to_multiple_of", pad_to_multiple_of, minimum=1)
         if max_batch_size is not None:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from engine.core.checks import check_int
-from engine.sampling.blocks import BlockOrder
+from engine.sampling.blocks import EpochOrder
 from engine.sampling.length import _LengthAware
 from engine.sampling.ranks import deal_to_ranks
 
@@ -74,7 +74,7 @@ class PackedBatchSampler(_LengthAware):
 
     def __init__(self, lengths: Any, max_tokens: int, *, seed: int = 0, mega_batch_factor: int = 64,
                  max_length: int | None = None, num_replicas: int = 1, rank: int = 0, uneven: str = "pad",
-                 order: BlockOrder | None = None) -> None:
+                 order: EpochOrder | None = None) -> None:
         max_tokens = check_int("max_tokens", max_tokens, minimum=1)
         if max_length is not None:
             max_length = check_int("max_length", max_length, minimum=1)

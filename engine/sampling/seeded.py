@@ -13,7 +13,7 @@ import torch
 from engine.core.checks import check_choice, check_int, check_rank
 from engine.core.rng import derive_seed, generator_from
 from engine.sampling.base import EpochBatchSampler
-from engine.sampling.blocks import BlockOrder
+from engine.sampling.blocks import EpochOrder
 from engine.sampling.ranks import UNEVEN_POLICIES, deal_to_ranks, rows_per_rank
 
 
@@ -90,7 +90,7 @@ class SeededBatchSampler(EpochBatchSampler):
         num_replicas: int = 1,
         rank: int = 0,
         uneven: str = "pad",
-        order: BlockOrder | None = None,
+        order: EpochOrder | None = None,
     ) -> None:
         num_samples = check_int("num_samples", num_samples, minimum=0)
         batch_size = check_int("batch_size", batch_size, minimum=1)
@@ -117,8 +117,8 @@ class SeededBatchSampler(EpochBatchSampler):
 
     def epoch_order(self, epoch: int) -> np.ndarray:
         """Every row of ``epoch`` in the order the ranks share them: a seeded permutation, or storage order."""
-        if self.shuffle and self.order is not None:
-            return self.order.permutation(derive_seed(self.seed, "blocks", epoch))
+        if self.order is not None and (self.shuffle or self.order.always):
+            return self.order.epoch_rows(self.seed, epoch)
         if self.shuffle:
             return torch.randperm(self.num_samples, generator=generator_from(derive_seed(self.seed, epoch))).numpy()
         return np.arange(self.num_samples)
@@ -138,7 +138,7 @@ class SeededBatchSampler(EpochBatchSampler):
         return self.batches_of(self.epoch_order(epoch), epoch, self.num_replicas, self.rank, self.batch_size)
 
     def __len__(self) -> int:  # without computing an epoch's order, unless the epoch is the rest of a resumed one
-        if self._pass.served:
+        if self._pass.served or (self.order is not None and self.order.varies):
             return super().__len__()
         rows = rows_per_rank(self.num_samples, self.num_replicas, self.uneven)
         return rows // self.batch_size if self.drop_last else math.ceil(rows / self.batch_size)

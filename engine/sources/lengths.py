@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from engine.sources.adapt import HFSource, MapSource, TensorListSource, as_source
+from engine.sources.mixed import MixedSource
 from engine.sources.rows import empty_rows_error
 from engine.sources.sharded import ShardedSource
 
@@ -22,6 +23,8 @@ def lengths_of(source: Any, key: str | None = None) -> np.ndarray:
         TypeError: the field has no length (e.g. raw text, a scalar).
     """
     source = as_source(source)
+    if isinstance(source, MixedSource):  # the sources of a mixture, one after another
+        return np.concatenate([lengths_of(part, key) for part in source.sources])
     if isinstance(source, ShardedSource):
         return source.lengths(key)
     if isinstance(source, HFSource):

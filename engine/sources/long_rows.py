@@ -19,6 +19,7 @@ import torch
 from engine.core.checks import check_choice, check_int, keyword_or_spec
 from engine.sources.adapt import HFSource, MapSource, TensorListSource
 from engine.sources.lengths import lengths_of
+from engine.sources.mixed import MixedSource
 from engine.sources.sharded import ShardedSource
 
 POLICIES = ("truncate", "split", "drop")
@@ -63,7 +64,11 @@ def check_sources(given: dict[str, MapSource], stream: Any, policy: LongRows) ->
     if stream is not None:
         raise ValueError(f"long_rows={policy.policy!r} needs every row's length up front, which a stream "
                          f"(datasets.IterableDataset) does not have; use long_rows='truncate' or a map-style Dataset")
-    for role, source in given.items():
+    for role, source in list(given.items()):
+        if isinstance(source, MixedSource):  # each source of a mixture, named as it was given
+            check_sources({f"{role}[{name!r}]": part for name, part in zip(source.names, source.sources)}, None,
+                          policy)
+            continue
         if isinstance(source, ShardedSource) and policy.policy == "split" and role != "predict":
             raise ValueError(f"long_rows='split' cuts rows into windows held beside the data, which sharded data "
                              f"({role}_data) does not do; split long documents when tokenizing the corpus, or use "

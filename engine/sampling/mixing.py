@@ -1,0 +1,365 @@
+"""Each epoch's order of a mixture: which source every position draws from, and which of its rows.
+
+The sources are laid end to end (source ``s``'s row ``i`` is row ``offsets[s] + i`` of the mixed source). An epoch
+is cut into *blocks* of ``block`` positions (the global batch under plain and grouped batching, so a block is one
+training step). Block by block, the counts of each source are set so that every source's running count stays
+within one row of its target share (rows), or its running token count within about one row's tokens of its
+share (tokens): each block gives each source the whole part of its deficit and the rest of the block to the
+largest remainders. The positions of a block are then shuffled (seeded), and each source's draws are its rows in
+a seeded permutation per pass. So the order is a pure function of (seed, epoch, the mixture), like every order of
+the engine, and exact resume, elastic resume and every batching mode work on it unchanged.
+
+Passes: a ``'cycle'`` source's draws go on across epochs (pass after pass, each a new permutation), so every row
+is served once per pass; a ``'stop'`` source starts a fresh pass each epoch and ends the epoch when its pass is
+served; a source capped at ``k`` passes starts fresh each epoch and stops after ``k``. The block in which a source
+stops takes its last rows and the other sources fill the rest of the block at their weights.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from engine.core.rng import derive_seed
+from engine.sampling.elastic import without
+from engine.sampling.mixture import Mixture, changes
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """One epoch of a mixture: the first training step, how many rows of each source every block takes (and how
+    many tokens, when lengths are known), and where each cycling source's draws start."""
+
+    epoch: int
+    start_step: int
+    counts: np.ndarray
+    """``[blocks, sources]`` rows of each source in each block."""
+    tokens: np.ndarray | None
+    """``[blocks, sources]`` tokens of those rows; None without lengths."""
+    starts: tuple[int, ...]
+    """Each source's first draw of the epoch in its stream of draws (0 for a source that starts fresh)."""
+
+    @property
+    def size(self) -> int:
+        return int(self.counts.sum())
+
+
+class _Draws:
+    """One source's draws in one epoch: its rows pass after pass, each pass a seeded permutation."""
+
+    def __init__(self, seed: int, name: str, size: int, start: int, fresh_epoch: int | None,
+                 lengths: np.ndarray | None) -> None:
+        self.seed, self.name, self.size, self.start = seed, name, size, start
+        self.fresh_epoch, self.lengths = fresh_epoch, lengths
+        self.taken = 0
+        self._chunks: list[np.ndarray] = []
+        self._buffered = 0
+
+    def _permutation(self, number: int) -> np.ndarray:
+        key = ("epoch", self.fresh_epoch, number) if self.fresh_epoch is not None else ("pass", number)
+        return np.random.default_rng(derive_seed(self.seed, "mixture", self.name, *key)).permutation(self.size)
+
+    def rows(self, count: int) -> np.ndarray:
+        """The first ``count`` draws of the epoch, as row indices of the source."""
+        while self._buffered < count:
+            number, within = divmod(self.start + self._buffered, self.size)
+            chunk = self._permutation(number)[within:]
+            self._chunks.append(chunk)
+            self._buffered += len(chunk)
+        if len(self._chunks) > 1:
+            self._chunks = [np.concatenate(self._chunks)]
+        return self._chunks[0][:count] if self._chunks else np.zeros(0, dtype=np.int64)
+
+    def take(self, count: int) -> int:
+        """Take the next ``count`` draws; their tokens (0 without lengths)."""
+        tokens = 0
+        if count > 0 and self.lengths is not None:
+            tokens = int(self.lengths[self.rows(self.taken + count)[self.taken:]].sum())
+        self.taken += max(count, 0)
+        return tokens
+
+
+class MixtureOrder:
+    """The orders of a :class:`~engine.sampling.mixture.Mixture` over sources of ``sizes`` rows, epoch by epoch.
+
+    Args:
+        mixture: The declared mixture.
+        sizes: Rows of each source, in the order of ``mixture.names``.
+        block: Positions per block: the global batch (ranks x batch size) under plain and grouped batching.
+        seed: The module's seed.
+        lengths: Each source's row lengths (tokens), for ``by='tokens'`` and for token counts; None: rows only.
+    """
+
+    always = True
+    """The mixture's order serves whether or not the sampler shuffles."""
+    varies = True
+    """Epochs may differ in length (a schedule, a source that stops): samplers count each epoch's batches."""
+
+    def __init__(self, mixture: Mixture, sizes: Sequence[int], *, block: int, seed: int,
+                 lengths: Sequence[np.ndarray] | None = None) -> None:
+        self.mixture, self.block, self.seed = mixture, int(block), seed
+        self.sizes = np.asarray(sizes, dtype=np.int64)
+        self.offsets = np.r_[0, np.cumsum(self.sizes)].astype(np.int64)
+        self.lengths = [np.asarray(one, dtype=np.int64) for one in lengths] if lengths is not None else None
+        if mixture.by == "tokens" and self.lengths is None:
+            raise ValueError("Mixture(by='tokens') needs the token lengths of every source's rows, but this task's "
+                             "rows have no token field; mix by='rows'")
+        self.means = [max(float(one.mean()), 1.0) if len(one) else 1.0 for one in self.lengths] \
+            if self.lengths is not None else None
+        self._plans: dict[int, EpochPlan] = {}
+        self._orders: dict[int, np.ndarray] = {}
+        self.meter = ServedMeter(self)
+
+    def saved(self, sampler: Any) -> dict[str, Any]:
+        """What a sampler's state holds of the mixture: its declaration and the rows and tokens served so far."""
+        served = self.meter.served(sampler)
+        return {"declared": self.mixture.describe(), "names": list(self.mixture.names),
+                "served": {name: [int(served[0, s]), int(served[1, s])] for s, name in enumerate(self.mixture.names)}}
+
+    def check_saved(self, saved: Any) -> bool:
+        """Whether a state's mixture (:meth:`saved`) is this one; a different one is refused naming what changed,
+        unless ``on_change='new_epoch'`` (then False: the caller starts the next epoch)."""
+        if saved is None:
+            raise ValueError("sampler state was saved without a mixture, but this loader mixes sources "
+                             f"{list(self.mixture.names)}; resume with the data module the state was saved from")
+        if not isinstance(saved, dict) or not {"declared", "names", "served"} <= set(saved):
+            raise ValueError(f"sampler state's mixture should be a dict with 'declared', 'names' and 'served', but "
+                             f"got {saved!r}; the state was not saved by this engine")
+        declared = dict(saved["declared"]) if isinstance(saved["declared"], dict) else {}
+        differences = changes(declared, self.mixture.describe())
+        if saved["names"] != list(self.mixture.names):
+            differences.insert(0, f"sources: saved {saved['names']}, now {list(self.mixture.names)}")
+        if not differences:
+            self._check_served(saved["served"])
+            return True
+        if self.mixture.on_change == "new_epoch":
+            return False
+        raise ValueError(f"the checkpoint was saved with another mixture ({'; '.join(differences)}); resuming would "
+                         f"serve other rows. Resume with the mixture saved, or pass Mixture(..., "
+                         f"on_change='new_epoch') to go on with this one from the next epoch")
+
+    def _check_served(self, served: Any) -> None:
+        names = list(self.mixture.names)
+        if not isinstance(served, dict) or list(served) != names or any(
+                not isinstance(pair, (list, tuple)) or len(pair) != 2 or any(
+                    isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in pair) for pair in served.values()):
+            raise ValueError(f"sampler state's mixture 'served' should map each source {names} to [rows, tokens] "
+                             f"(integers >= 0), but got {served!r}; the state was not saved by this engine")
+
+    def restore(self, sampler: Any, saved: dict[str, Any] | None) -> None:
+        """Count served rows on from a loaded state's totals (kept from before a changed mixture too, by name)."""
+        served = np.zeros((2, len(self.mixture.names)), dtype=np.int64)
+        if saved is not None:
+            for s, name in enumerate(self.mixture.names):
+                served[:, s] = saved["served"].get(name, [0, 0])
+        self.meter.rebase(sampler, served)
+
+    @property
+    def size(self) -> int:
+        """Rows of the first epoch (later epochs can differ: see :attr:`varies`)."""
+        return self.plan(0).size
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        """What a sampler's fingerprint adds for this order."""
+        return ("mixture", str(self.block))  # the mixture itself is checked by name (:meth:`check_saved`)
+
+    def epoch_rows(self, seed: int, epoch: int) -> np.ndarray:
+        """The rows of ``epoch``, as indices of the mixed source (a sampler's ``epoch_order``)."""
+        del seed  # the module's seed made this order; samplers pass their own, the same one
+        return self.order(epoch)
+
+    def order(self, epoch: int) -> np.ndarray:
+        """Every position of ``epoch``: blocks in turn, each with its sources' rows in a seeded order."""
+        if epoch not in self._orders:
+            plan = self.plan(epoch)
+            blocks, sources = plan.counts.shape
+            labels = np.repeat(np.tile(np.arange(sources), blocks), plan.counts.ravel())
+            block_of = np.repeat(np.arange(blocks), plan.counts.sum(axis=1))
+            rng = np.random.default_rng(derive_seed(self.seed, "mixture-blocks", epoch))
+            labels = labels[np.lexsort((rng.random(len(labels)), block_of))]
+            order = np.empty(len(labels), dtype=np.int64)
+            for index, draws in enumerate(self._new_draws(epoch, plan.starts)):
+                where = labels == index
+                order[where] = draws.rows(int(where.sum())) + self.offsets[index]
+            self._orders = {epoch: order}  # one epoch at a time: the sampler asks for the epoch it serves
+        return self._orders[epoch]
+
+    def source_of(self, rows: np.ndarray) -> np.ndarray:
+        """The source (its position in ``mixture.names``) of each row of the mixed source."""
+        return np.searchsorted(self.offsets, np.asarray(rows, dtype=np.int64), side="right") - 1
+
+    def plan(self, epoch: int) -> EpochPlan:
+        """The counts of ``epoch`` (and of every epoch before it: each starts where the last ended)."""
+        first = max((known for known in self._plans if known <= epoch), default=-1)
+        for number in range(first + 1, epoch + 1):
+            start_step, starts = 0, (0,) * len(self.sizes)
+            if number > 0:
+                before = self._plans[number - 1]
+                start_step = before.start_step + len(before.counts)
+                totals = before.counts.sum(axis=0)
+                starts = tuple(int(start + total) if self.mixture.passes(name) is None else 0
+                               for start, total, name in zip(before.starts, totals, self.mixture.names))
+            self._plans[number] = self._walk(number, start_step, starts)
+        return self._plans[epoch]
+
+    def _new_draws(self, epoch: int, starts: tuple[int, ...]) -> list[_Draws]:
+        return [_Draws(self.seed, name, int(size), start, None if self.mixture.passes(name) is None else epoch,
+                       self.lengths[index] if self.lengths is not None else None)
+                for index, (name, size, start) in enumerate(zip(self.mixture.names, self.sizes, starts))]
+
+    def _walk(self, epoch: int, start_step: int, starts: tuple[int, ...]) -> EpochPlan:
+        """Block by block: each source's rows so that its running share stays within a row of its target."""
+        mixture, sources = self.mixture, len(self.sizes)
+        caps = [None if mixture.passes(name) is None else mixture.passes(name) * int(size)
+                for name, size in zip(mixture.names, self.sizes)]
+        limit = mixture.samples_per_epoch
+        if limit is None and all(cap is None for cap in caps):
+            limit = int(self.sizes.sum())
+        draws = self._new_draws(epoch, starts)
+        by_tokens = mixture.by == "tokens"
+        targets, served, token_served = [0.0] * sources, [0] * sources, [0] * sources
+        counts, tokens, total, step = [], [], 0, start_step
+        cached_step, weights = None, None
+        last_change = mixture.points[-1][0] if mixture.points else 0
+        while True:
+            size = self.block if limit is None else min(self.block, limit - total)
+            if size <= 0:
+                break
+            if cached_step is None or mixture.points:
+                weights = mixture.weights_at(step).tolist()
+                cached_step = step
+            if limit is None and not any(weight > 0 and cap is not None for weight, cap in zip(weights, caps)) \
+                    and step >= last_change:
+                stopping = [name for name, cap in zip(mixture.names, caps) if cap is not None]
+                raise ValueError(f"the mixture's epoch would never end: from step {step} on, the sources that stop "
+                                 f"({stopping}) have weight 0 and the others cycle; give samples_per_epoch=..., or "
+                                 f"a stopping source a weight")
+            room = [math.inf if cap is None else cap - taken for cap, taken in zip(caps, served)]
+            if by_tokens:
+                want = self._token_wants(weights, token_served, size)
+            else:
+                targets = [target + weight * size for target, weight in zip(targets, weights)]
+                want = [target - count for target, count in zip(targets, served)]
+            block = _apportion(want, weights, size, room)
+            if not any(block):
+                break
+            counts.append(block)
+            tokens.append([one.take(count) for one, count in zip(draws, block)])
+            served = [count + taken for count, taken in zip(served, block)]
+            token_served = [count + taken for count, taken in zip(token_served, tokens[-1])]
+            total += sum(block)
+            step += 1
+            if sum(block) < size or any(r != math.inf and taken >= r for r, taken in zip(room, block)):
+                break  # a source ran out (its last rows are in this block), or every source did
+        shape = (len(counts), sources)
+        return EpochPlan(epoch, start_step, np.asarray(counts, dtype=np.int64).reshape(shape),
+                         np.asarray(tokens, dtype=np.int64).reshape(shape) if self.lengths is not None else None,
+                         starts)
+
+    def _token_wants(self, weights: list[float], served: list[int], size: int) -> list[float]:
+        """Rows of each source that bring its token count to its share after a block of ``size`` rows."""
+        per_row = 1.0 / sum(weight / mean for weight, mean in zip(weights, self.means))  # tokens a mixed row
+        total = sum(served) + size * per_row
+        return [(weight * total - count) / mean for weight, count, mean in zip(weights, served, self.means)]
+
+
+def _apportion(want: list[float], weights: list[float], size: int, room: list[float]) -> list[int]:
+    """``size`` seats among sources: the whole part of each one's ``want`` first, then the largest remainders,
+    never more than a source's ``room``; sources of weight 0 get none while others have room."""
+    sources = len(want)
+    seats = [min(room[s], max(0, math.floor(want[s]))) if weights[s] > 0 else 0 for s in range(sources)]
+    seats = [int(seat) for seat in seats]
+    left = size - sum(seats)
+    if left < 0:  # more whole parts than seats (sources ahead of their share gave none): trim the smallest wants
+        for s in sorted(range(sources), key=lambda s: (want[s] - seats[s], s)):
+            take = min(seats[s], -left)
+            seats[s] -= take
+            left += take
+            if left == 0:
+                break
+    while left > 0:
+        open_ = [s for s in range(sources) if weights[s] > 0 and seats[s] < room[s]]
+        if not open_:
+            open_ = [s for s in range(sources) if seats[s] < room[s]]
+        if not open_:
+            break  # every source ran out: the epoch's last block is short
+        order = sorted(open_, key=lambda s: (-(want[s] - seats[s]), s))
+        for s in order[:left]:
+            seats[s] += 1
+        left = size - sum(seats)
+    return seats
+
+
+class ServedMeter:
+    """What a mixture's sampler has served, over all ranks, per source: rows and tokens since the start of
+    training. It is a function of the sampler's position (the order is), read from per-epoch running totals, so a
+    state carries it in a few numbers and a resumed run goes on counting from the saved totals."""
+
+    def __init__(self, order: MixtureOrder) -> None:
+        self.order = order
+        self.base = np.zeros((2, len(order.sizes)), dtype=np.int64)
+        self.base_point: tuple[int, tuple[tuple[int, int], ...], int] = (0, (), 0)
+        self._running: dict[tuple[object, ...], np.ndarray] = {}
+
+    def served(self, sampler: Any) -> np.ndarray:
+        """``[rows, tokens] x sources`` served up to the sampler's position (epochs are taken to run in turn)."""
+        state = sampler._pass
+        epoch, segments, position = state.epoch, state.served, state.position
+        base_epoch, base_segments, base_position = self.base_point
+        if epoch < base_epoch:
+            return self.base.copy()
+        first = self._totals(sampler, base_epoch, base_segments)
+        if epoch == base_epoch and segments == base_segments:
+            return self.base + first[min(position, len(first) - 1)] - first[min(base_position, len(first) - 1)]
+        served = self.base + first[-1] - first[min(base_position, len(first) - 1)]
+        for between in range(base_epoch + 1, epoch):
+            served = served + self._totals(sampler, between, ())[-1]
+        now = self._totals(sampler, epoch, segments)
+        return served + now[min(position, len(now) - 1)]
+
+    def rebase(self, sampler: Any, served: np.ndarray) -> None:
+        """Count on from ``served`` (a loaded state's totals) at the sampler's loaded position."""
+        state = sampler._pass
+        self.base, self.base_point = np.asarray(served, dtype=np.int64), (state.epoch, state.served, state.position)
+
+    def _totals(self, sampler: Any, epoch: int, segments: tuple[tuple[int, int], ...]) -> np.ndarray:
+        """``[steps + 1, 2, sources]``: served after each step of ``epoch`` on the sampler's ranks (all of them),
+        after the ``segments`` served on other numbers of ranks."""
+        key = (epoch, segments, sampler.num_replicas, sampler.per_rank_size)
+        if key not in self._running:
+            order, total = self.order.order(epoch), sampler.num_replicas * sampler.per_rank_size
+            before = np.zeros((2, len(self.order.sizes)), dtype=np.int64)
+            for replicas, position in segments:
+                rows = np.concatenate([np.asarray(row, dtype=np.int64) for rank in range(replicas) for row in
+                                       sampler.batches_of(order, epoch, replicas, rank, total // replicas)[:position]]
+                                      or [np.zeros(0, dtype=np.int64)])
+                before += self._tally(rows, np.zeros(len(rows), dtype=np.int64), 1)[0]
+                order = without(order, rows)
+            per_rank = [sampler.batches_of(order, epoch, sampler.num_replicas, rank, total // sampler.num_replicas)
+                        for rank in range(sampler.num_replicas)]
+            steps = max((len(batches) for batches in per_rank), default=0)
+            rows = [np.asarray(row, dtype=np.int64) for batches in per_rank for row in batches]
+            step_of = np.concatenate([np.full(len(row), step, dtype=np.int64) for batches in per_rank
+                                      for step, row in enumerate(batches)] or [np.zeros(0, dtype=np.int64)])
+            flat = np.concatenate(rows or [np.zeros(0, dtype=np.int64)])
+            per_step = self._tally(flat, step_of, steps)
+            kept = list(self._running.items())[-2:]  # the base epoch's and the current one's, and one more
+            self._running = {**dict(kept), key: np.concatenate([before[None], before + np.cumsum(per_step, axis=0)])}
+        return self._running[key]
+
+    def _tally(self, rows: np.ndarray, step_of: np.ndarray, steps: int) -> np.ndarray:
+        """``[steps, 2, sources]``: rows and tokens of each source in each step."""
+        sources = len(self.order.sizes)
+        which = self.order.source_of(rows)
+        out = np.zeros((max(steps, 1), 2, sources), dtype=np.int64)
+        out[:, 0] = np.bincount(step_of * sources + which, minlength=max(steps, 1) * sources).reshape(-1, sources)
+        if self.order.lengths is not None and len(rows):
+            lengths = np.concatenate(self.order.lengths)[rows]
+            out[:, 1] = np.bincount(step_of * sources + which, weights=lengths,
+                                    minlength=max(steps, 1) * sources).reshape(-1, sources).astype(np.int64)
+        return out[:steps] if steps else out[:0]

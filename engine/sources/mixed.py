@@ -1,0 +1,93 @@
+"""Named sources of one task laid end to end, read as one source: what a mixture's sampler draws rows from.
+
+Row ``offsets[s] + i`` of the mixed source is row ``i`` of source ``s``. A batch's rows are read from each source
+in one batched read per source (its own errors, ``on_error`` and transforms), then put back in the batch's order.
+Evaluation splits of the sources are mixed sources too, read once in storage order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from engine.sources.rows import MapSource, RowBatch
+from engine.sources.transforms import RowTransform
+
+
+class MixedSource(MapSource):
+    """The sources ``{name: source}`` as one, in the order of their names as given."""
+
+    def __init__(self, sources: Mapping[str, MapSource]) -> None:
+        self.names = tuple(sources)
+        self.sources = tuple(sources.values())
+        self.offsets = np.r_[0, np.cumsum([len(source) for source in self.sources])].astype(np.int64)
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    @property
+    def sizes(self) -> list[int]:
+        return [len(source) for source in self.sources]
+
+    def locate(self, rows: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """``(source, row within it)`` of each of ``rows``."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if len(rows) and (rows.min() < 0 or rows.max() >= len(self)):
+            bad = int(rows[(rows < 0) | (rows >= len(self))][0])
+            raise IndexError(f"row {bad} is out of range for the mixed source of {len(self)} rows")
+        which = np.searchsorted(self.offsets, rows, side="right") - 1
+        return which, rows - self.offsets[which]
+
+    def __getitem__(self, index: int) -> Any:
+        return self.__getitems__([index])[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> RowBatch:
+        which, within = self.locate(list(indices))
+        rows: list[Any] = [None] * len(which)
+        kept = np.ones(len(which), dtype=bool)
+        skipped, users = [], [0] * len(which)
+        for number in np.unique(which).tolist():
+            places = np.flatnonzero(which == number)
+            part = _Indices(within[places].tolist())
+            part.rng_seed, part.epoch = getattr(indices, "rng_seed", None), getattr(indices, "epoch", None)
+            batch = self.sources[number].__getitems__(part)
+            positions = batch.positions if batch.positions is not None else list(part)
+            users_read = batch.indices if batch.indices is not None else positions
+            read = iter(zip(batch, positions, users_read))
+            pending = next(read, None)
+            for place, position in zip(places.tolist(), part):  # rows left out (on_error) are skipped in order
+                if pending is not None and pending[1] == position:
+                    rows[place], users[place] = pending[0], pending[2]
+                    pending = next(read, None)
+                else:
+                    kept[place] = False
+            skipped += batch.skipped or []
+        out = RowBatch(row for row, keep in zip(rows, kept) if keep)
+        out.rng_seed, out.role = getattr(indices, "rng_seed", None), self.role
+        out.indices = [user for user, keep in zip(users, kept) if keep]
+        out.positions = [int(row) for row, keep in zip(np.asarray(indices), kept) if keep]
+        out.skipped = skipped or None
+        return out
+
+    def for_role(self, role: str, transform: RowTransform | None) -> MixedSource:
+        """This source serving split ``role``: each source named in errors as ``role`` and its name."""
+        mixed = MixedSource({name: source.for_role(f"{role} {name!r}", transform)
+                             for name, source in zip(self.names, self.sources)})
+        mixed.role, mixed.transform = role, None
+        return mixed
+
+    def view(self, positions: np.ndarray) -> MapSource:
+        raise TypeError("a mixed source is not split further: each source is split on its own (val_split applies "
+                        "to every source)")
+
+    def first_row(self) -> Any:
+        return self.sources[0].first_row()
+
+
+class _Indices(list):
+    """A source's part of a mixed batch, carrying the batch's seed and epoch to that source's read."""
+
+    rng_seed: int | None = None
+    epoch: int | None = None
