@@ -42,6 +42,8 @@ class EpochPlan:
     """``[blocks, sources]`` tokens of those rows; None without lengths."""
     starts: tuple[int, ...]
     """Each source's first draw of the epoch in its stream of draws (0 for a source that starts fresh)."""
+    weights: np.ndarray
+    """``[blocks, sources]``: the weights each block was drawn at."""
 
     @property
     def size(self) -> int:
@@ -142,6 +144,35 @@ class MixtureOrder:
                          f"serve other rows. Resume with the mixture saved, or pass Mixture(..., "
                          f"on_change='new_epoch') to go on with this one from the next epoch")
 
+    def summary(self, sampler: Any) -> dict[str, Any]:
+        """Target against served, per source, at the sampler's position: the weights of the current step, the
+        rows and tokens served since the start (all ranks) and their shares, and (by rows) the share the weights
+        asked for over the steps served. Steps are counted in blocks: exact under plain and grouped batching."""
+        served = self.meter.served(sampler)
+        state = sampler._pass
+        plan = self.plan(state.epoch)
+        step = plan.start_step + min(state.position, len(plan.counts))
+        rows, tokens = served[0], served[1]
+        expected = self._expected_rows(state.epoch, state.position)
+        total_expected = expected.sum()
+        sources = {}
+        for s, (name, weight) in enumerate(zip(self.mixture.names, self.mixture.weights_at(step))):
+            sources[name] = {"weight": float(weight), "rows": int(rows[s]), "tokens": int(tokens[s]),
+                             "row_share": float(rows[s] / rows.sum()) if rows.sum() else 0.0,
+                             "token_share": float(tokens[s] / tokens.sum()) if tokens.sum() else 0.0,
+                             "target_share": float(expected[s] / total_expected) if total_expected else float(weight)}
+        return {"by": self.mixture.by, "step": int(step), "epoch": int(state.epoch), "sources": sources,
+                "tokens_known": self.lengths is not None}
+
+    def _expected_rows(self, epoch: int, position: int) -> np.ndarray:
+        """Rows (or, by tokens, token shares times rows) the weights asked for up to ``position`` of ``epoch``."""
+        expected = np.zeros(len(self.sizes))
+        for number in range(epoch + 1):
+            plan = self.plan(number)
+            blocks = len(plan.counts) if number < epoch else min(position, len(plan.counts))
+            expected += (plan.weights[:blocks] * plan.counts[:blocks].sum(axis=1, keepdims=True)).sum(axis=0)
+        return expected
+
     def _check_served(self, served: Any) -> None:
         names = list(self.mixture.names)
         if not isinstance(served, dict) or list(served) != names or any(
@@ -223,7 +254,7 @@ class MixtureOrder:
         draws = self._new_draws(epoch, starts)
         by_tokens = mixture.by == "tokens"
         targets, served, token_served = [0.0] * sources, [0] * sources, [0] * sources
-        counts, tokens, total, step = [], [], 0, start_step
+        counts, tokens, used, total, step = [], [], [], 0, start_step
         cached_step, weights = None, None
         last_change = mixture.points[-1][0] if mixture.points else 0
         while True:
@@ -249,6 +280,7 @@ class MixtureOrder:
             if not any(block):
                 break
             counts.append(block)
+            used.append(weights)
             tokens.append([one.take(count) for one, count in zip(draws, block)])
             served = [count + taken for count, taken in zip(served, block)]
             token_served = [count + taken for count, taken in zip(token_served, tokens[-1])]
@@ -259,7 +291,7 @@ class MixtureOrder:
         shape = (len(counts), sources)
         return EpochPlan(epoch, start_step, np.asarray(counts, dtype=np.int64).reshape(shape),
                          np.asarray(tokens, dtype=np.int64).reshape(shape) if self.lengths is not None else None,
-                         starts)
+                         starts, np.asarray(used, dtype=np.float64).reshape(shape))
 
     def _token_wants(self, weights: list[float], served: list[int], size: int) -> list[float]:
         """Rows of each source that bring its token count to its share after a block of ``size`` rows."""
