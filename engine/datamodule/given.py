@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 from engine.datamodule.options import check_data_arguments
 from engine.loading.state import data_fingerprint
 from engine.sources.adapt import MapSource, TorchSource, as_source
-from engine.sources.inputs import check_inputs, token_field
+from engine.sources.inputs import check_inputs, row_keys, token_field
 from engine.sources.kinds import is_hf_dataset_dict, unpack_dataset_dict
 from engine.sources.lengths import check_no_empty_rows
 from engine.sources.long_rows import LongRows, apply_long_rows, check_rows_left, describe, special_frame
@@ -79,7 +79,22 @@ def take_mixture(train_data: Mapping[str, Any], names: tuple[str, ...], *, task_
                             f"split, e.g. dataset_dict['train']")
         parts[name] = as_source(data, key=key, spec=task_spec, what=f"train_data[{name!r}]", on_error=on_error)
         check_inputs(parts[name], task_spec, tokenizer, f"train_data[{name!r}]")
+    if not any(has_raw_text(part, task_spec) for part in parts.values()):  # raw text: compared once tokenized
+        check_same_fields(parts)
     return MixedSource(parts)
+
+
+def check_same_fields(parts: Mapping[str, MapSource]) -> None:
+    """Refuse a mixture whose sources' rows have other fields: a batch mixes their rows, which must be alike."""
+    fields = {name: row_keys(part) for name, part in parts.items()}
+    first, keys = next(iter(fields.items()))
+    for name, other in fields.items():
+        if other is not None and keys is not None and sorted(other) != sorted(keys):
+            missing, extra = sorted(set(keys) - set(other)), sorted(set(other) - set(keys))
+            raise ValueError(f"a mixture's sources should have the same fields, since every batch mixes their rows, "
+                             f"but train_data[{name!r}] has {sorted(other)} and train_data[{first!r}] has "
+                             f"{sorted(keys)} (missing {missing}, extra {extra}); drop or add the columns so they "
+                             f"match (e.g. dataset.remove_columns({extra or missing}))")
 
 
 def prepare_inputs(given: dict[str, MapSource], stream: Any, task_spec: Any, tokenizer: Any, *,
@@ -137,6 +152,7 @@ def _prepare_mixture(given: dict[str, MapSource], task_spec: Any, tokenizer: Any
               "long_rows": long_rows, "cache": cache, "transforms": transforms}
     parts = {name: prepare_inputs({"train": part}, None, val_split=val_split, test_split=test_split, **common)
              for name, part in zip(mixed.names, mixed.sources)}
+    check_same_fields({name: part.sources["train"] for name, part in parts.items()})  # raw text now tokenized
     others = {role: source for role, source in given.items() if role != "train"}
     prepared = prepare_inputs(others, None, val_split=0, test_split=0, **common) if others else None
     sources = dict(prepared.sources) if prepared is not None else {}
@@ -144,13 +160,10 @@ def _prepare_mixture(given: dict[str, MapSource], task_spec: Any, tokenizer: Any
         if all(role in part.sources for part in parts.values()):
             mixed_role = MixedSource({name: part.sources[role] for name, part in parts.items()})
             sources[role] = mixed_role.for_role(role, (transforms or {}).get(role))
-    digest = hashlib.blake2b(digest_size=12)
-    for name, part in parts.items():
-        digest.update(f"{name}\x00{part.fingerprint}\x00".encode())
     reports = dict(prepared.long_rows) if prepared is not None else {}
     reports.update({f"{role} {name!r}": report for name, part in parts.items()
                     for role, report in part.long_rows.items()})
-    return Prepared(sources, digest.hexdigest(), None, reports)
+    return Prepared(sources, {name: part.fingerprint for name, part in parts.items()}, None, reports)
 
 
 def _for_roles(sources: dict[str, MapSource], transforms: Mapping[str, Any] | None) -> dict[str, MapSource]:
@@ -172,7 +185,8 @@ class Prepared(NamedTuple):
     what the long-row policy did (:func:`engine.sources.long_rows.count`)."""
 
     sources: dict[str, Any]
-    fingerprint: str | None
+    fingerprint: str | dict[str, str | None] | None
+    """The train data's fingerprint; a mixture's: one per source, by name."""
     plan: SplitPlan | None
     long_rows: dict[str, dict[str, Any]]
 

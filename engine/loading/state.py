@@ -135,6 +135,9 @@ def check_compatible(saved: Mapping[str, Any], current: Mapping[str, Any], *, el
         if elastic and key in (BATCH_SIZE, MAX_TOKENS) and saved.get(WORLD_SIZE) != current.get(WORLD_SIZE):
             check_global_batch(saved, current, key)
             continue
+        if key == DATA_FINGERPRINT and isinstance(saved.get(key), Mapping) and isinstance(current.get(key), Mapping):
+            check_mixed_sources(saved[key], current[key])
+            continue
         if saved.get(key) != current.get(key):
             fix = (f"Resume with {key}={saved.get(key)!r}" if key in LOADER_OPTIONS
                    else "Resume with the same data, seed, splits and number of ranks")
@@ -142,6 +145,16 @@ def check_compatible(saved: Mapping[str, Any], current: Mapping[str, Any], *, el
                 f"the checkpoint's data state does not match this data module: {key} was {saved.get(key)!r} when "
                 f"saved and is {current.get(key)!r} now ({why}). {fix}, or start a new run"
             )
+
+
+def check_mixed_sources(saved: Mapping[str, Any], current: Mapping[str, Any]) -> None:
+    """A mixture's sources, by name: one whose data changed since the state was saved is refused, naming it. Sources
+    added or left out are a change of the mixture, which its sampler accepts or refuses (``Mixture.on_change``)."""
+    changed = sorted(name for name in set(saved) & set(current) if saved[name] != current[name])
+    if changed:
+        raise ValueError(f"the checkpoint's data state does not match this data module: the data of the mixture's "
+                         f"source{'s' if len(changed) > 1 else ''} {changed} changed since it was saved (rows "
+                         f"changed, reordered, added or removed). Resume with the same data, or start a new run")
 
 
 def check_global_batch(saved: Mapping[str, Any], current: Mapping[str, Any], key: str) -> None:

@@ -1,0 +1,222 @@
+"""A module that mixes named sources inside every batch: the declared shares in every batch, every batching mode,
+the same batches at any worker count, exact and elastic resume, schedules from their step, a changed mixture
+refused or resumed from the next epoch, splits per source, and the refusals at construction."""
+
+import pickle
+
+import datasets
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import Dataset
+
+from engine import Mixture, UniversalDataModule
+from engine.loading.factory import batch_sampler_for
+from task_spec import TaskSpec
+
+SPEC = TaskSpec.lm_tiny().replace(special_tokens={"pad_token_id": 0}, additional_config={"vocab_size": 64})
+TAGS = {"web": 1, "code": 2, "books": 3}
+
+
+class Tagged(Dataset):
+    """Rows whose tokens are all the source's tag, and which carry their own id."""
+
+    def __init__(self, tag, count):
+        self.tag, self.count = tag, count
+
+    def __len__(self):
+        return self.count
+
+    def __getitem__(self, index):
+        return {"input_ids": torch.full((2 + index % 5,), self.tag), "row_id": index}
+
+
+def sources(web=70, code=30, books=None):
+    data = {"web": Tagged(1, web), "code": Tagged(2, code)}
+    if books:
+        data["books"] = Tagged(3, books)
+    return data
+
+
+def module(mix=None, workers=0, data=None, **options):
+    options.setdefault("batch_size", 10)
+    return UniversalDataModule(data or sources(), task_spec=SPEC, mix=mix or {"web": 0.7, "code": 0.3}, seed=7,
+                               num_workers=workers, **options)
+
+
+def served(batch):
+    """``(source tag, row id)`` of each row of a padded batch."""
+    return [(int(ids[0]), int(row)) for ids, row in zip(batch["input_ids"], batch["row_id"])]
+
+
+def run(dm, steps):
+    """The first ``steps`` batches from where the module's loader stands, across epochs."""
+    loader, out = dm.train_dataloader(), []
+    while len(out) < steps:
+        for batch in loader:
+            out.append(served(batch))
+            if len(out) == steps:
+                break
+    return out
+
+
+def counts(batch_rows):
+    return {tag: sum(1 for source, _ in batch_rows if source == tag) for tag in (1, 2)}
+
+
+def test_every_batch_holds_the_declared_shares():
+    batches = run(module(), 10)
+    assert all(counts(batch) == {1: 7, 2: 3} for batch in batches)
+    rows = [row for batch in batches for row in batch]
+    assert sorted(row for tag, row in rows if tag == 1) == list(range(70))  # one pass over each source
+    assert sorted(row for tag, row in rows if tag == 2) == list(range(30))
+
+
+def test_a_hugging_face_dataset_and_a_list_of_tensors_mix():
+    web = datasets.Dataset.from_dict({"input_ids": [[1] * (2 + i % 4) for i in range(40)]})
+    code = [torch.full((3,), 2) for _ in range(60)]
+    dm = UniversalDataModule({"web": web, "code": code}, task_spec=SPEC, mix={"web": 1, "code": 1}, batch_size=8)
+    batch = next(iter(dm.train_dataloader()))
+    assert sorted(set(batch["input_ids"][:, 0].tolist())) == [1, 2]
+    assert int((batch["input_ids"][:, 0] == 1).sum()) == 4
+
+
+def test_the_same_batches_at_any_number_of_workers():
+    assert run(module(workers=2), 12) == run(module(workers=0), 12)
+
+
+@pytest.mark.parametrize("batching", ["grouped", "token_budget", "packed"])
+def test_every_batching_mode_serves_each_row_of_the_epoch_once(batching):
+    options = {"batching": batching, "batch_size": 10} if batching == "grouped" else {
+        "batching": batching, "max_tokens": 40}
+    dm = module(**options)
+    loader = dm.train_dataloader()
+    rows = []
+    for batch in loader:
+        if batching == "packed":  # one [1, T] sequence: the row ids of its documents
+            rows += [(TAGS["web"] if tag == 1 else 2, int(row)) for tag, row in
+                     zip(batch["document_tags"], batch["row_id"])] if "document_tags" in batch else []
+        else:
+            rows += served(batch)
+    if batching != "packed":
+        assert sorted(rows) == sorted([(1, i) for i in range(70)] + [(2, i) for i in range(30)])
+    sampler = loader.batch_sampler
+    order = sampler.mixture.order(0)
+    assert sorted(row for batch in sampler.epoch_batches(0) for row in batch) == sorted(order.tolist())
+
+
+def test_resume_continues_exactly_with_the_served_counts():
+    reference = run(module(), 10)
+    first = module()
+    assert run(first, 4) == reference[:4]
+    state = pickle.loads(pickle.dumps(first.state_dict()))
+    resumed = module(workers=2)
+    resumed.load_state_dict(state)
+    assert run(resumed, 6) == reference[4:]
+    sampler = resumed.train_dataloader().batch_sampler
+    summary = sampler.mixture.summary(sampler)
+    assert {name: source["rows"] for name, source in summary["sources"].items()} == {"web": 70, "code": 30}
+
+
+@pytest.mark.parametrize(("batching", "options"), [("plain", {"batch_size": 4}), ("grouped", {"batch_size": 4}),
+                                                   ("token_budget", {"max_tokens": 24})])
+def test_a_state_of_two_ranks_resumes_on_one_serving_the_rest_of_the_epoch_once(batching, options):
+    dm = module(batching=batching, **options)
+    dm.setup()
+    source = dm.datasets["train"]
+    from engine.datamodule.mixing import mixture_order
+
+    def sampler(replicas, rank):
+        size = options.get("batch_size", 0) * 2 // replicas or None
+        order = mixture_order(dm.mixture, source, batching=batching, key="input_ids",
+                              global_batch=(size or 1) * replicas, seed=dm.seed)
+        return batch_sampler_for(source, batching=batching, batch_size=size or 1, seed=dm.seed, key="input_ids",
+                                 max_tokens=options.get("max_tokens", 0) * 2 // replicas or None,
+                                 num_replicas=replicas, rank=rank, order=order)
+
+    ranks = [sampler(2, rank) for rank in (0, 1)]
+    iterators = [iter(one) for one in ranks]
+    before = [row for _ in range(3) for it in iterators for row in next(it)]  # 3 steps on 2 ranks
+    state = ranks[0].state_dict()
+    assert state["mixture"]["served"]["web"][0] + state["mixture"]["served"]["code"][0] == len(before)
+    alone = sampler(1, 0)
+    alone.load_state_dict(state)
+    after = [row for batch in alone for row in batch]
+    whole = sampler(1, 0).mixture.order(0)
+    assert sorted(before + after) == sorted(whole.tolist())  # every row of the epoch once, across topologies
+    summary = alone.mixture.summary(alone)
+    assert sum(one["rows"] for one in summary["sources"].values()) == len(before) + len(after)
+
+
+def test_a_schedule_switch_serves_the_new_weights_from_its_step():
+    dm = module(Mixture({"web": 0.7, "code": 0.3}, schedule=[(4, {"web": 0.2, "code": 0.8})], exhaust="cycle"))
+    batches = run(dm, 8)
+    assert [counts(batch) for batch in batches] == [{1: 7, 2: 3}] * 4 + [{1: 2, 2: 8}] * 4
+
+
+def test_a_state_of_another_mixture_is_refused_naming_what_changed():
+    first = module()
+    run(first, 3)
+    state = first.state_dict()
+    other = module({"web": 0.5, "code": 0.5})
+    with pytest.raises(ValueError, match=r"another mixture \(weights: saved \{'web': 0.7, 'code': 0.3\}, now "
+                                         r"\{'web': 0.5, 'code': 0.5\}\).*on_change='new_epoch'"):
+        other.load_state_dict(state)
+        run(other, 1)
+
+
+def test_a_new_source_joins_from_the_next_epoch_keeping_the_served_counts():
+    first = module()
+    run(first, 3)
+    state = first.state_dict()
+    grown = module(Mixture({"web": 0.5, "code": 0.3, "books": 0.2}, on_change="new_epoch"),
+                   data=sources(books=50))
+    grown.load_state_dict(state)
+    loader = grown.train_dataloader()
+    batch = served(next(iter(loader)))
+    assert {tag for tag, _ in batch} == {1, 2, 3} and loader.batch_sampler.epoch == 1
+    summary = loader.batch_sampler.mixture.summary(loader.batch_sampler)
+    assert summary["sources"]["web"]["rows"] == 21 + 5 and summary["sources"]["books"]["rows"] == 2
+
+
+def test_val_split_cuts_every_source():
+    dm = module(val_split=0.1)
+    dm.setup()
+    assert dm.split_sizes["val"] == 7 + 3 and dm.split_sizes["train"] == 63 + 27
+    val = [row for batch in dm.val_dataloader() for row in served(batch)]
+    assert counts(val) == {1: 7, 2: 3}
+
+
+@pytest.mark.parametrize(("call", "error", "match"), [
+    (lambda: UniversalDataModule(sources(), task_spec=SPEC), TypeError, r"pass mix=\{name: weight\}"),
+    (lambda: UniversalDataModule(Tagged(1, 5), task_spec=SPEC, mix={"web": 1}), TypeError,
+     r"train_data should be \{name: data\}"),
+    (lambda: module({"web": 1, "books": 1}), KeyError, r"without a weight: \['code'\], weights without a source: "
+                                                        r"\['books'\]"),
+    (lambda: module(Mixture({"web": 1, "code": 1}, schedule=[(3, {"web": 0, "code": 1})]), batching="packed",
+                    max_tokens=40, batch_size=None), ValueError, "schedule changes weights at training steps"),
+    (lambda: module(mix=1.5), TypeError, "mix should be a Mixture or a dict"),
+    (lambda: module(data={"web": Tagged(1, 9), "code": datasets.Dataset.from_dict({"input_ids": [[2]] * 9})}),
+     ValueError, r"train_data\['code'\] has \['input_ids'\] and train_data\['web'\] has \['input_ids', 'row_id'\]"),
+])
+def test_a_mixture_that_cannot_work_is_refused_at_construction(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_a_grouped_schedule_must_change_at_the_start_of_a_sorted_run():
+    dm = module(Mixture({"web": 1, "code": 1}, schedule=[(30, {"web": 0, "code": 1})]), batching="grouped")
+    with pytest.raises(ValueError, match="put it at step 50"):
+        dm.train_dataloader()
+
+
+def test_token_weights_follow_the_token_shares():
+    web = Tagged(1, 200)  # rows of 2..6 tokens
+    long = datasets.Dataset.from_dict({"input_ids": [[2] * 30] * 200, "row_id": list(range(200))})
+    dm = UniversalDataModule({"web": web, "long": long}, task_spec=SPEC, batch_size=16, seed=1,
+                             mix=Mixture({"web": 0.5, "long": 0.5}, by="tokens", samples_per_epoch=320))
+    tokens = np.zeros(3)
+    for batch in dm.train_dataloader():
+        for tag in (1, 2):
+            tokens[tag] += int((batch["input_ids"] == tag).sum())
+    assert abs(tokens[1] / tokens[1:].sum() - 0.5) < 0.05
