@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from engine.loading.factory import block_order
 from engine.sampling.mixing import MixtureOrder
 from engine.sampling.mixture import Mixture
 from engine.sources.adapt import HFSource, TensorListSource
@@ -37,7 +38,8 @@ def mixture_order(mixture: Mixture, source: MixedSource, *, batching: str, key: 
     if key is not None and (mixture.by == "tokens" or batching != "plain" or _has_lengths(source, key)):
         lengths = [lengths_of(part, key) for part in source.sources]
     block = global_batch if batching in ("plain", "grouped") else DOCUMENT_BLOCK
-    return MixtureOrder(mixture, source.sizes, block=block, seed=seed, lengths=lengths)
+    return MixtureOrder(mixture, source.sizes, block=block, seed=seed, lengths=lengths,
+                        within=[block_order(part) for part in source.sources])
 
 
 def _has_lengths(source: MixedSource, key: str) -> bool:

@@ -30,6 +30,7 @@ from engine.sampling.packed import PackedBatchSampler
 from engine.sampling.seeded import SeededBatchSampler
 from engine.sources.adapt import as_source
 from engine.sources.lengths import lengths_of
+from engine.sources.mixed import MixedSource
 from engine.sources.rows import ColumnarSource
 from engine.sources.sharded import ShardedSource
 
@@ -178,7 +179,8 @@ def _map_loader(source: Any, sampler: Sampler[list[int]], config: DataLoaderConf
     processes). Prediction keeps torch's ``BatchSampler``, which Lightning wraps to track indices, so it loads on
     the step's path. Over sharded data, each batch also names the rows of the batch that the executor will ask for
     next once this one is taken, so their row groups are fetched while the step runs."""
-    if isinstance(source, ShardedSource) and isinstance(sampler, EpochBatchSampler):
+    if (isinstance(source, ShardedSource) or isinstance(source, MixedSource) and source.shards) and isinstance(
+            sampler, EpochBatchSampler):
         in_flight = max(1, config.num_workers or config.num_threads or 1) * (config.prefetch_factor or 2)
         sampler.look_ahead = in_flight + 1
     if config.num_threads and isinstance(sampler, EpochBatchSampler):

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from engine.core.rng import derive_seed
+from engine.sampling.blocks import BlockOrder
 from engine.sampling.elastic import without
 from engine.sampling.mixture import Mixture, changes
 
@@ -54,16 +55,19 @@ class _Draws:
     """One source's draws in one epoch: its rows pass after pass, each pass a seeded permutation."""
 
     def __init__(self, seed: int, name: str, size: int, start: int, fresh_epoch: int | None,
-                 lengths: np.ndarray | None) -> None:
+                 lengths: np.ndarray | None, within: BlockOrder | None = None) -> None:
         self.seed, self.name, self.size, self.start = seed, name, size, start
-        self.fresh_epoch, self.lengths = fresh_epoch, lengths
+        self.fresh_epoch, self.lengths, self.within = fresh_epoch, lengths, within
         self.taken = 0
         self._chunks: list[np.ndarray] = []
         self._buffered = 0
 
     def _permutation(self, number: int) -> np.ndarray:
         key = ("epoch", self.fresh_epoch, number) if self.fresh_epoch is not None else ("pass", number)
-        return np.random.default_rng(derive_seed(self.seed, "mixture", self.name, *key)).permutation(self.size)
+        seed = derive_seed(self.seed, "mixture", self.name, *key)
+        if self.within is not None:  # sharded data: row groups in turn, rows shuffled within a window
+            return self.within.permutation(seed)
+        return np.random.default_rng(seed).permutation(self.size)
 
     def rows(self, count: int) -> np.ndarray:
         """The first ``count`` draws of the epoch, as row indices of the source."""
@@ -94,6 +98,8 @@ class MixtureOrder:
         block: Positions per block: the global batch (ranks x batch size) under plain and grouped batching.
         seed: The module's seed.
         lengths: Each source's row lengths (tokens), for ``by='tokens'`` and for token counts; None: rows only.
+        within: Each source's order of a pass, for sharded sources their block order (reads stay local); None
+            (or a None entry): a seeded permutation.
     """
 
     always = True
@@ -102,8 +108,10 @@ class MixtureOrder:
     """Epochs may differ in length (a schedule, a source that stops): samplers count each epoch's batches."""
 
     def __init__(self, mixture: Mixture, sizes: Sequence[int], *, block: int, seed: int,
-                 lengths: Sequence[np.ndarray] | None = None) -> None:
+                 lengths: Sequence[np.ndarray] | None = None, within: Sequence[BlockOrder | None] | None = None
+                 ) -> None:
         self.mixture, self.block, self.seed = mixture, int(block), seed
+        self.within = list(within) if within is not None else [None] * len(sizes)
         self.sizes = np.asarray(sizes, dtype=np.int64)
         self.offsets = np.r_[0, np.cumsum(self.sizes)].astype(np.int64)
         self.lengths = [np.asarray(one, dtype=np.int64) for one in lengths] if lengths is not None else None
@@ -240,7 +248,7 @@ class MixtureOrder:
 
     def _new_draws(self, epoch: int, starts: tuple[int, ...]) -> list[_Draws]:
         return [_Draws(self.seed, name, int(size), start, None if self.mixture.passes(name) is None else epoch,
-                       self.lengths[index] if self.lengths is not None else None)
+                       self.lengths[index] if self.lengths is not None else None, self.within[index])
                 for index, (name, size, start) in enumerate(zip(self.mixture.names, self.sizes, starts))]
 
     def _walk(self, epoch: int, start_step: int, starts: tuple[int, ...]) -> EpochPlan:

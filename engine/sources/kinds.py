@@ -12,6 +12,7 @@ import torch
 from torch.utils.data import Dataset
 
 from engine.sources.files import is_path_data
+from engine.sources.shard_listing import Shards, is_url
 
 
 def is_hf_dataset_dict(data: Any) -> bool:
@@ -98,7 +99,8 @@ def _value_kind(value: Any) -> str:
         if value and all(isinstance(item, torch.Tensor) for item in value):
             return "either"
         return "dataset" if is_path_data(value) else "column"
-    if is_path_data(value) or is_hf_dataset_dict(value) or isinstance(value, Dataset) or (
+    if is_path_data(value) or is_url(value) or isinstance(value, Shards) or is_hf_dataset_dict(value) or isinstance(
+            value, Dataset) or (
             type(value).__module__.split(".")[0] in ("datasets", "pandas")):
         return "dataset"
     if hasattr(value, "__getitem__") and hasattr(value, "__len__") and not isinstance(value, (str, bytes, Mapping)):

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from engine.sources.rows import MapSource, RowBatch
+from engine.sources.sharded import ShardedSource
 from engine.sources.transforms import RowTransform
 
 
@@ -26,6 +27,21 @@ class MixedSource(MapSource):
 
     def __len__(self) -> int:
         return int(self.offsets[-1])
+
+    @property
+    def on_error(self) -> str:  # type: ignore[override]
+        return self.sources[0].on_error if self.sources else "raise"
+
+    @on_error.setter
+    def on_error(self, value: str) -> None:
+        """What a failing row does, set on every source (each reads, names and leaves out its own rows)."""
+        for source in self.sources:
+            source.on_error = value
+
+    @property
+    def shards(self) -> list[ShardedSource]:
+        """The sources streamed from shards, which read the row groups of coming batches ahead."""
+        return [source for source in self.sources if isinstance(source, ShardedSource)]
 
     @property
     def sizes(self) -> list[int]:
@@ -45,6 +61,8 @@ class MixedSource(MapSource):
 
     def __getitems__(self, indices: Sequence[int]) -> RowBatch:
         which, within = self.locate(list(indices))
+        ahead = getattr(indices, "ahead", None)
+        ahead_of = self.locate(ahead) if ahead else None
         rows: list[Any] = [None] * len(which)
         kept = np.ones(len(which), dtype=bool)
         skipped, users = [], [0] * len(which)
@@ -52,6 +70,8 @@ class MixedSource(MapSource):
             places = np.flatnonzero(which == number)
             part = _Indices(within[places].tolist())
             part.rng_seed, part.epoch = getattr(indices, "rng_seed", None), getattr(indices, "epoch", None)
+            if ahead_of is not None:  # a sharded source fetches the row groups of its rows of a coming batch
+                part.ahead = ahead_of[1][ahead_of[0] == number].tolist()
             batch = self.sources[number].__getitems__(part)
             positions = batch.positions if batch.positions is not None else list(part)
             users_read = batch.indices if batch.indices is not None else positions
@@ -87,7 +107,9 @@ class MixedSource(MapSource):
 
 
 class _Indices(list):
-    """A source's part of a mixed batch, carrying the batch's seed and epoch to that source's read."""
+    """A source's part of a mixed batch, carrying the batch's seed and epoch to that source's read (and the rows
+    of a coming batch it holds, for a sharded source's read-ahead)."""
 
     rng_seed: int | None = None
     epoch: int | None = None
+    ahead: list[int] | None = None

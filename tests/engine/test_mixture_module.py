@@ -10,9 +10,11 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
-from engine import Mixture, UniversalDataModule
+from engine import Mixture, Shards, UniversalDataModule
 from engine.loading.factory import batch_sampler_for
 from task_spec import TaskSpec
+from tests.engine.sources.shard_corpus import SPEC as CORPUS_SPEC
+from tests.engine.sources.shard_corpus import write_corpus
 
 SPEC = TaskSpec.lm_tiny().replace(special_tokens={"pad_token_id": 0}, additional_config={"vocab_size": 64})
 TAGS = {"web": 1, "code": 2, "books": 3}
@@ -141,8 +143,11 @@ def test_a_state_of_two_ranks_resumes_on_one_serving_the_rest_of_the_epoch_once(
     assert state["mixture"]["served"]["web"][0] + state["mixture"]["served"]["code"][0] == len(before)
     alone = sampler(1, 0)
     alone.load_state_dict(state)
-    after = [row for batch in alone for row in batch]
+    rest = list(alone)
+    after = [row for batch in rest for row in batch]
     whole = sampler(1, 0).mixture.order(0)
+    if batching == "plain":  # a step is a block on any number of ranks: the rest is the uninterrupted run's
+        assert [sorted(batch) for batch in rest] == [sorted(batch) for batch in list(sampler(1, 0))[3:]]
     assert sorted(before + after) == sorted(whole.tolist())  # every row of the epoch once, across topologies
     summary = alone.mixture.summary(alone)
     assert sum(one["rows"] for one in summary["sources"].values()) == len(before) + len(after)
@@ -220,3 +225,24 @@ def test_token_weights_follow_the_token_shares():
         for tag in (1, 2):
             tokens[tag] += int((batch["input_ids"] == tag).sum())
     assert abs(tokens[1] / tokens[1:].sum() - 0.5) < 0.05
+
+
+def test_a_sharded_source_mixes_reading_its_row_groups_in_turn(tmp_path):
+    write_corpus(tmp_path / "corpus", files=2, rows_per_file=120, row_group_rows=40)  # docs 0..239
+    other = datasets.Dataset.from_dict({"input_ids": [[7] * 4] * 80, "doc": list(range(1000, 1080))})
+
+    def make(workers):
+        shards = Shards(str(tmp_path / "corpus"), cache_dir=str(tmp_path / "cache"), shuffle_window=40)
+        return UniversalDataModule({"shards": shards, "other": other}, task_spec=CORPUS_SPEC, batch_size=16, seed=3,
+                                   mix={"shards": 0.75, "other": 0.25}, num_workers=workers)
+
+    def docs_of(dm):
+        return [batch["doc"].tolist() for batch in dm.train_dataloader()]
+
+    batches = docs_of(make(0))
+    assert all(sum(doc >= 1000 for doc in batch) == 4 for batch in batches)
+    served = [doc for batch in batches for doc in batch]
+    assert sorted(served) == list(range(240)) + list(range(1000, 1080))
+    groups = [len({doc // 40 for doc in batch if doc < 1000}) for batch in batches]
+    assert max(groups) <= 2  # a batch's shard rows lie in one row group, or two where a window ends
+    assert docs_of(make(2)) == batches
