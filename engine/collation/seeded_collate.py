@@ -63,7 +63,8 @@ class SeededCollate:
             indices = getattr(rows, "indices", None)  # the user's rows (a window of long_rows='split': its row)
             if indices is None:
                 raise
-            raise named_error(error, collate_failure(error, indices, rows.role)) from error
+            raise named_error(error, collate_failure(error, indices, rows.role, getattr(rows, "sources", None))
+                              ) from error
 
     def __repr__(self) -> str:
         return f"SeededCollate({self.collate_fn!r})"
@@ -87,17 +88,19 @@ def refuse_empty_rows(batch: Any, rows: RowBatch) -> None:
 _BATCH_ROW = re.compile(r"\brow (\d+)\b")
 
 
-def collate_failure(error: Exception, indices: list[int], role: str) -> str:
+def collate_failure(error: Exception, indices: list[int], role: str, sources: list[str] | None = None) -> str:
     """What failed, in the user's rows: the batch's rows by their index in the data given (not positions in a
     split or a window), and the row a collator named by its place in the batch ("row 1: ...") by its own index. A
     row the collator already named as the user's ("train row 13: ...", :func:`collators.targets.row_name`) is left
-    as it is."""
-    rows = list(dict.fromkeys(indices))  # windows of one row name it once
-    message = f"collating the batch of rows {rows[:16]}{' ...' if len(rows) > 16 else ''} of the {role} data failed"
+    as it is. A mixture's rows (``sources``) are named as (source, row)."""
+    rows = list(dict.fromkeys(indices if sources is None else zip(sources, indices)))  # windows of one row: once
+    what = f"{role} data" if sources is None else f"{role} data (source, row)"
+    message = f"collating the batch of rows {rows[:16]}{' ...' if len(rows) > 16 else ''} of the {what} failed"
     named = re.compile(rf"(?<!\b{re.escape(role)} )" + _BATCH_ROW.pattern).search(str(error))
     if named is not None and int(named.group(1)) < len(indices):
         place = int(named.group(1))
-        message += f" at row {indices[place]} of the {role} data (the batch's row {place})"
+        where = f"{role} data" if sources is None else f"{role} data's source {sources[place]!r}"
+        message += f" at row {indices[place]} of the {where} (the batch's row {place})"
     return message
 
 

@@ -87,6 +87,7 @@ class MixedSource(MapSource):
         out = RowBatch(row for row, keep in zip(rows, kept) if keep)
         out.rng_seed, out.role = getattr(indices, "rng_seed", None), self.role
         out.indices = [user for user, keep in zip(users, kept) if keep]
+        out.sources = [self.names[number] for number, keep in zip(which.tolist(), kept) if keep]
         out.positions = [int(row) for row, keep in zip(np.asarray(indices), kept) if keep]
         out.skipped = skipped or None
         return out

@@ -26,6 +26,8 @@ class RowBatch(list):
     """The user's rows: each row's index in the data given (a window's: the row it was cut from)."""
     positions: list[int] | None = None
     """The rows' positions in the source that read them (rows left out by ``on_error`` are not among them)."""
+    sources: list[str] | None = None
+    """A mixture's batch: the source of each row (its ``indices`` are rows of that source); None otherwise."""
     skipped: list[SkippedRow] | None = None
     """Rows left out because their read failed (``on_error='skip'`` or ``'warn'``); None when all read."""
 

@@ -246,3 +246,11 @@ def test_a_sharded_source_mixes_reading_its_row_groups_in_turn(tmp_path):
     groups = [len({doc // 40 for doc in batch if doc < 1000}) for batch in batches]
     assert max(groups) <= 2  # a batch's shard rows lie in one row group, or two where a window ends
     assert docs_of(make(2)) == batches
+
+
+def test_a_row_that_fails_to_collate_is_named_by_its_source_and_row():
+    data = {"web": Tagged(1, 20), "code": Tagged(99, 20)}  # code's token 99 is past the vocabulary of 64
+    dm = module({"web": 0.5, "code": 0.5}, data=data, batch_size=4)
+    with pytest.raises(ValueError, match=r"of the train data \(source, row\) failed at row \d+ of the train data's "
+                                         r"source 'code' \(the batch's row \d\).*values in \[0, 64\)"):
+        next(iter(dm.train_dataloader()))
