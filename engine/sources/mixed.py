@@ -2,7 +2,9 @@
 
 Row ``offsets[s] + i`` of the mixed source is row ``i`` of source ``s``. A batch's rows are read from each source
 in one batched read per source (its own errors, ``on_error`` and transforms), then put back in the batch's order.
-Evaluation splits of the sources are mixed sources too, read once in storage order.
+When every source reads columns and the collator takes them, the batch is handed over as columns: each source's
+token rows are gathered once and laid in the batch's order as spans of one buffer, which the collator pads
+straight from. Evaluation splits of the sources are mixed sources too, read once in storage order.
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from engine.sources.rows import MapSource, RowBatch
+from collators.columns import ColumnBatch, RaggedColumn, SpanColumn
+from engine.sources.rows import ColumnarSource, MapSource, RowBatch
 from engine.sources.sharded import ShardedSource
 from engine.sources.transforms import RowTransform
 
 
-class MixedSource(MapSource):
+class MixedSource(ColumnarSource):
     """The sources ``{name: source}`` as one, in the order of their names as given."""
 
     def __init__(self, sources: Mapping[str, MapSource]) -> None:
@@ -59,7 +62,54 @@ class MixedSource(MapSource):
     def __getitem__(self, index: int) -> Any:
         return self.__getitems__([index])[0]
 
-    def __getitems__(self, indices: Sequence[int]) -> RowBatch:
+    def columnar(self) -> bool:
+        return all(isinstance(source, ColumnarSource) and source.transform is None and source.columnar()
+                   for source in self.sources)
+
+    def __getitems__(self, indices: Sequence[int]) -> RowBatch | ColumnBatch:
+        if self.hands_columns and self.columnar():
+            which, within = self.locate(list(indices))
+            self._read_ahead(indices, which)
+            try:
+                columns = self._merged_columns(which, within)
+            except Exception:  # noqa: BLE001 - the rows path names the failing row, or leaves it out
+                return self._rows(indices)
+            batch = ColumnBatch(columns, len(which), rng_seed=getattr(indices, "rng_seed", None), role=self.role,
+                                indices=[user for number, row in zip(which.tolist(), within.tolist())
+                                         for user in self.sources[number].user_indices([row])])
+            batch.sources = [self.names[number] for number in which.tolist()]
+            return batch
+        return self._rows(indices)
+
+    def _read_ahead(self, indices: Sequence[int], which: np.ndarray) -> None:
+        """Start each sharded source's reads of its rows of a coming batch (the rows path passes them along)."""
+        ahead = getattr(indices, "ahead", None)
+        if not ahead:
+            return
+        ahead_which, ahead_within = self.locate(ahead)
+        for number, source in enumerate(self.sources):
+            if isinstance(source, ShardedSource) and (ahead_which == number).any():
+                source.read_ahead(ahead_within[ahead_which == number].tolist())
+
+    def _merged_columns(self, which: np.ndarray, within: np.ndarray) -> dict[str, Any]:
+        """Each source's columns of its rows, laid in the batch's order: token columns as spans of one buffer
+        (each source's rows gathered once), other columns as lists."""
+        parts = [(places, self.sources[number].fetch_columns(within[places].tolist()))
+                 for number in np.unique(which).tolist() for places in [np.flatnonzero(which == number)]]
+        merged: dict[str, Any] = {}
+        for name in parts[0][1]:
+            values = [columns[name] for _, columns in parts]
+            if all(isinstance(value, (RaggedColumn, SpanColumn)) for value in values):
+                merged[name] = _spans_in_order([places for places, _ in parts], values, len(which))
+            else:
+                column: list[Any] = [None] * len(which)
+                for (places, _), value in zip(parts, values):
+                    for place, item in zip(places.tolist(), value.rows() if hasattr(value, "rows") else value):
+                        column[place] = item
+                merged[name] = column
+        return merged
+
+    def _rows(self, indices: Sequence[int]) -> RowBatch:
         which, within = self.locate(list(indices))
         ahead = getattr(indices, "ahead", None)
         ahead_of = self.locate(ahead) if ahead else None
@@ -105,6 +155,19 @@ class MixedSource(MapSource):
 
     def first_row(self) -> Any:
         return self.sources[0].first_row()
+
+
+def _spans_in_order(places: list[np.ndarray], values: list[RaggedColumn | SpanColumn], size: int) -> SpanColumn:
+    """Ragged columns of several sources as one :class:`SpanColumn` whose row ``places[k][i]`` is row ``i`` of
+    ``values[k]``: spans of one buffer, each source's rows copied into it once."""
+    ragged = [value.ragged() if isinstance(value, SpanColumn) else value for value in values]
+    buffers = [np.asarray(one.values) for one in ragged]
+    bases = np.r_[0, np.cumsum([len(buffer) for buffer in buffers])[:-1]]
+    starts, lengths = np.zeros(size, dtype=np.int64), np.zeros(size, dtype=np.int64)
+    for where, one, base in zip(places, ragged, bases):
+        offsets = np.asarray(one.offsets, dtype=np.int64)
+        starts[where], lengths[where] = offsets[:-1] + base, np.diff(offsets)
+    return SpanColumn(np.concatenate(buffers) if len(buffers) > 1 else buffers[0], starts, lengths)
 
 
 class _Indices(list):

@@ -84,8 +84,12 @@ class ShardedSource(ColumnarSource):
             self.reader.table(group)
         ahead = getattr(indices, "ahead", None)
         if ahead:  # a later batch's row groups, fetched in the background while this batch is collated and used
-            self.reader.read_ahead(self._groups(self.corpus_rows(ahead)))
+            self.read_ahead(ahead)
         return super().__getitems__(indices)
+
+    def read_ahead(self, positions: Sequence[int]) -> None:
+        """Start fetching, in the background, the row groups of this source's ``positions`` (a coming batch)."""
+        self.reader.read_ahead(self._groups(self.corpus_rows(positions)))
 
     def _groups(self, rows: np.ndarray) -> list[int]:
         return np.unique(self.group_of(rows)).tolist()

@@ -254,3 +254,23 @@ def test_a_row_that_fails_to_collate_is_named_by_its_source_and_row():
     with pytest.raises(ValueError, match=r"of the train data \(source, row\) failed at row \d+ of the train data's "
                                          r"source 'code' \(the batch's row \d\).*values in \[0, 64\)"):
         next(iter(dm.train_dataloader()))
+
+
+def test_a_mixed_batch_read_as_columns_equals_the_rows_read_one_by_one():
+    from engine.sources.adapt import HFSource
+    from engine.sources.mixed import MixedSource
+
+    web = HFSource(datasets.Dataset.from_dict({"input_ids": [[1] * (1 + i % 6) for i in range(50)],
+                                               "row_id": list(range(50))}))
+    mixed = MixedSource({"web": web, "code": HFSource(datasets.Dataset.from_dict(
+        {"input_ids": [list(range(i, i + 1 + i % 4)) for i in range(40)], "row_id": list(range(40))}))})
+    columns = mixed.handing_columns()
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        indices = rng.integers(0, len(mixed), int(rng.integers(1, 24))).tolist()
+        as_columns = columns.__getitems__(indices)
+        as_rows = mixed.__getitems__(indices)
+        assert [{key: list(value) for key, value in row.items() if key == "input_ids"} for row in as_columns] == \
+               [{key: list(value) for key, value in row.items() if key == "input_ids"} for row in as_rows]
+        assert [row["row_id"] for row in as_columns] == [row["row_id"] for row in as_rows]
+        assert as_columns.sources == as_rows.sources == [("web", "code")[i >= 50] for i in indices]
