@@ -7,6 +7,7 @@ when its rows run out, and how a checkpoint of another mixture is treated.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import numbers
@@ -70,6 +71,7 @@ class Mixture:
         _check_choice("on_change", self.on_change, ON_CHANGE)
         object.__setattr__(self, "weights", dict(zip(names, _normalized(self.weights, names, "weights"))))
         object.__setattr__(self, "points", self._checked_schedule())
+        object.__setattr__(self, "schedule", tuple(tuple(entry) for entry in self.schedule))  # lists from a checkpoint
         object.__setattr__(self, "exhaust", self._checked_exhaust())
         if self.samples_per_epoch is not None:
             _check_positive_int("samples_per_epoch", self.samples_per_epoch)
@@ -143,8 +145,11 @@ class Mixture:
 
     def describe(self) -> dict[str, Any]:
         """The declaration as plain values: saved in checkpoints, compared on resume, shown in the report."""
-        return {"weights": dict(self.weights), "by": self.by, "exhaust": dict(self.exhaust),
-                "schedule": [[step, dict(zip(self.names, weights)), ramp] for step, weights, ramp in self.points],
+        def rounded(values: Any) -> dict[str, float]:  # weights normalized again on rebuilding differ in last bits
+            return {name: round(float(value), 12) for name, value in zip(self.names, values)}
+
+        return {"weights": rounded(self.weights.values()), "by": self.by, "exhaust": dict(self.exhaust),
+                "schedule": [[step, rounded(weights), ramp] for step, weights, ramp in self.points],
                 "samples_per_epoch": self.samples_per_epoch}
 
     def fingerprint(self) -> str:
@@ -153,9 +158,13 @@ class Mixture:
 
 
 def as_mixture(mix: Any) -> Mixture:
-    """``mix=`` as given to a module: a :class:`Mixture`, or its weights ``{name: weight}``."""
+    """``mix=`` as given to a module: a :class:`Mixture`, its weights ``{name: weight}``, or its fields as a
+    checkpoint's configuration holds them (``{"weights": {...}, "by": ..., ...}``)."""
     if isinstance(mix, Mixture):
         return mix
+    if isinstance(mix, Mapping) and isinstance(mix.get("weights"), Mapping):
+        fields = {field.name for field in dataclasses.fields(Mixture) if field.init}
+        return Mixture(**{name: value for name, value in mix.items() if name in fields})
     if isinstance(mix, Mapping):
         return Mixture(mix)
     raise TypeError(f"mix should be a Mixture or a dict {{source name: weight}}, but got {type(mix).__name__}: "

@@ -274,3 +274,22 @@ def test_a_mixed_batch_read_as_columns_equals_the_rows_read_one_by_one():
                [{key: list(value) for key, value in row.items() if key == "input_ids"} for row in as_rows]
         assert [row["row_id"] for row in as_columns] == [row["row_id"] for row in as_rows]
         assert as_columns.sources == as_rows.sources == [("web", "code")[i >= 50] for i in indices]
+
+
+def test_a_module_with_a_mixture_is_rebuilt_from_its_lightning_checkpoint(tmp_path):
+    from tests.engine.test_resume_lightning import trainer
+    from tests.distributed._lightning_elastic import Recorder
+
+    def mixture():
+        return Mixture({"web": 0.6, "code": 0.3, "books": 0.1}, schedule=[(3, {"web": 1, "code": 1, "books": 1})],
+                       exhaust={"books": "stop"})
+
+    first = trainer(max_steps=2, enable_checkpointing=False)
+    first.fit(Recorder(), datamodule=module(mixture(), data=sources(books=40)))
+    first.save_checkpoint(tmp_path / "two.ckpt")
+    rebuilt = UniversalDataModule.load_from_checkpoint(tmp_path / "two.ckpt", train_data=sources(books=40))
+    assert rebuilt.mixture == mixture()
+    resumed, full = Recorder(), Recorder()
+    trainer(max_steps=5, enable_checkpointing=False).fit(resumed, datamodule=rebuilt, ckpt_path=tmp_path / "two.ckpt")
+    trainer(max_steps=5, enable_checkpointing=False).fit(full, datamodule=module(mixture(), data=sources(books=40)))
+    assert resumed.rows == full.rows[20:]
