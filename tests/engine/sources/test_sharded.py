@@ -225,11 +225,10 @@ def test_refusals_name_the_path_and_the_fix(tmp_path):
         Shards("s3://bucket/x", storage_options="key=1")
 
 
-def test_long_rows_split_is_refused_and_drop_leaves_rows_out(corpus, tmp_path):
+def test_long_rows_drop_leaves_rows_out(corpus, tmp_path):
+    """'split': test_sharded_long_rows.py."""
     folder, rows = corpus
     short = SPEC.replace(additional_config={"max_seq_len": 16})
-    with pytest.raises(ValueError, match="long_rows='split'"):
-        module(shards(folder, tmp_path), long_rows="split", task_spec=short)
     dm = module(shards(folder, tmp_path), long_rows="drop", task_spec=short)
     served = epoch(dm)
     assert sorted(served) == [index for index, row in enumerate(rows) if len(row) <= 16]
