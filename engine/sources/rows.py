@@ -28,6 +28,8 @@ class RowBatch(list):
     """The rows' positions in the source that read them (rows left out by ``on_error`` are not among them)."""
     skipped: list[SkippedRow] | None = None
     """Rows left out because their read failed (``on_error='skip'`` or ``'warn'``); None when all read."""
+    reader_counts: dict[str, int] | None = None
+    """In a loader worker reading shards: its reader's counts since its previous batch, for the parent."""
 
 
 class MapSource(Dataset):

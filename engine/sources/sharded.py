@@ -14,6 +14,8 @@ any others and cut as they are gathered, so no window is written anywhere.
 
 from __future__ import annotations
 
+import os
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -49,6 +51,8 @@ class ShardedSource(ColumnarSource):
         self.listing = listing
         self.positions = positions
         self._readers: list[RowGroupReader] = []  # one per process, built on first use, shared with copies
+        self._worker_counts: Counter[str] = Counter()  # what loader workers' readers did, shared with copies
+        self._sent: tuple[int, Counter[str]] | None = None  # in a worker: (pid, counts already sent)
 
     @classmethod
     def from_shards(cls, shards: Shards) -> ShardedSource:
@@ -109,8 +113,8 @@ class ShardedSource(ColumnarSource):
             starts, ends = first + starts, first + ends
         small = np.int32 if self.listing.num_rows < 2**31 else np.int64
         offsets = np.int32 if len(ends) == 0 or int(np.max(ends)) < 2**31 else np.int64
-        source = ShardedSource(self.listing)
-        source._readers, source.hands_columns, source.token_key = self._readers, self.hands_columns, self.token_key
+        source = self._sibling(None)
+        source.token_key = self.token_key
         source.windows = Windows(corpus.astype(small), np.asarray(starts).astype(offsets),
                                  np.asarray(ends).astype(offsets), tuple(per_token))
         source.origins = source.windows.rows  # the user's row of each window: the corpus row it is cut from
@@ -124,7 +128,43 @@ class ShardedSource(ColumnarSource):
         """The row group of each of this source's rows (what the training order keeps together)."""
         return self.group_of(self.corpus_rows(np.arange(len(self)))).astype(np.int32)
 
+    def reader_counts(self) -> dict[str, dict[str, int]]:
+        """What the shard reader did: ``{"process": ..., "workers": ...}``, each ``{fetched, cache_hits, retries,
+        bytes_fetched, evicted, read_ahead}``. ``process``: this process's reader (a loader without workers, or with
+        threads, reads here); ``workers``: the loader worker processes' readers, sent back with each batch (counts
+        as of each worker's last batch: a read ahead still running when its worker stopped is not among them)."""
+        keys = ("fetched", "cache_hits", "retries", "bytes_fetched", "evicted", "read_ahead")
+        own = self.reader.stats
+        return {"process": {key: int(own[key]) for key in keys},
+                "workers": {key: int(self._worker_counts[key]) for key in keys}}
+
+    def add_worker_counts(self, counts: dict[str, int]) -> None:
+        """Add a loader worker's reader counts (the parent's loader iterator calls this as its batches arrive)."""
+        self._worker_counts.update(counts)
+
+    def _unsent(self) -> Counter[str] | None:
+        """In a loader worker: the reader's counts already sent to the parent (at first, those a forked worker
+        inherited, which are the parent's own); None in the parent."""
+        from torch.utils.data import get_worker_info
+
+        if get_worker_info() is None:
+            return None
+        if self._sent is None or self._sent[0] != os.getpid():
+            self._sent = (os.getpid(), Counter(self.reader.stats))
+        return self._sent[1]
+
     def __getitems__(self, indices: Sequence[int]) -> Any:
+        sent = self._unsent()
+        batch = self._read(indices)
+        if sent is not None:
+            now = dict(self.reader.stats)  # a copy first: read-ahead threads add to the counts meanwhile
+            new = {key: value - sent[key] for key, value in now.items() if value != sent[key]}
+            if new:
+                sent.update(new)
+                batch.reader_counts = new
+        return batch
+
+    def _read(self, indices: Sequence[int]) -> Any:
         # The batch's row groups first: a shard that fails to read (after its retries), changed or went is raised
         # as it is, naming the shard, rather than searched for row by row (each row would retry the fetch again).
         for group in self._groups(self.corpus_rows(list(indices))):
@@ -246,14 +286,19 @@ class ShardedSource(ColumnarSource):
 
     def view(self, positions: np.ndarray) -> ShardedSource:
         base = self.positions[positions] if self.positions is not None else np.asarray(positions, dtype=np.int64)
-        source = ShardedSource(self.listing, base)
-        source._readers, source.windows = self._readers, self.windows
-        source.hands_columns = self.hands_columns
-        source.origins = self.origins
+        source = self._sibling(base)
+        source.windows, source.origins = self.windows, self.origins
         return source
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_readers": []}  # the reader's open tables are memory maps of this process
+    def _sibling(self, positions: np.ndarray | None) -> ShardedSource:
+        """A source over the same listing that shares this one's reader and worker counts."""
+        source = ShardedSource(self.listing, positions)
+        source._readers, source._worker_counts = self._readers, self._worker_counts
+        source.hands_columns = self.hands_columns
+        return source
+
+    def __getstate__(self) -> dict[str, Any]:  # the reader's open tables are memory maps of this process
+        return {**self.__dict__, "_readers": [], "_worker_counts": Counter(), "_sent": None}
 
 
 def _save(path: Path, array: np.ndarray) -> None:

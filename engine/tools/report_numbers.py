@@ -166,3 +166,26 @@ def _row_labels(source: MapSource, field: str, chunk: int = 1024) -> np.ndarray 
                 return None  # no scalar integer label: a sequence target, a regression value or none at all
             values[start + offset] = int(label)
     return values
+
+
+def shard_reads(source: Any) -> dict[str, Any] | None:
+    """Sharded data (:class:`~engine.sources.sharded.ShardedSource`): the listing (``shards``, ``row_groups``,
+    ``rows`` of the corpus) and what the reader did for this split (``process``: this process's reader;
+    ``workers``: the loader worker processes', as of each worker's last batch); None for other data."""
+    from engine.sources.sharded import ShardedSource
+
+    if not isinstance(source, ShardedSource):
+        return None
+    listing = source.listing
+    return {"shards": len(listing.files), "row_groups": listing.num_groups, "rows": listing.num_rows,
+            **source.reader_counts()}
+
+
+def describe_reads(reads: dict[str, Any]) -> str:
+    """One line of :func:`shard_reads`: the listing, then the reader's counts, this process's and the workers'."""
+    def counts(values: dict[str, int]) -> str:
+        return ", ".join(f"{key}={value}" for key, value in values.items())
+
+    return (f"{reads['shards']} shards, {reads['row_groups']} row groups, {reads['rows']} rows; reads of this "
+            f"process: {counts(reads['process'])}; of its loader workers (as of their last batch): "
+            f"{counts(reads['workers'])}")

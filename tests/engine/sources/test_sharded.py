@@ -333,3 +333,22 @@ def test_an_empty_token_row_is_refused_when_its_batch_is_read(tmp_path):
     with pytest.raises(ValueError, match=r"'input_ids' should hold at least one token in every row, but row 1 of "
                                          r"the train data holds 0 tokens"):
         next(iter(dm.train_dataloader()))
+
+
+def test_loader_workers_send_their_reader_counts_back_once(corpus, tmp_path):
+    """Each worker's counts come back with its batches, without the parent's that a forked worker inherits."""
+    folder, _ = corpus
+    epoch(module(shards(folder, tmp_path)))  # fills the cache: every later read is a cache hit
+    dm = module(shards(folder, tmp_path), workers=2)
+    dm.setup()
+    source = dm.datasets["train"]
+    source.__getitems__(list(range(40)))  # row group 0, opened in the parent before the workers fork
+    assert source.reader_counts()["process"]["cache_hits"] == 1
+    loader = dm.train_dataloader()
+    batches = loader.batch_sampler.epoch_batches(0)
+    groups = [set(source.group_of(source.corpus_rows(batch)).tolist()) for batch in batches]
+    opened = sum(len(set().union(*groups[worker::2]) - {0}) for worker in range(2))  # group 0 is open already
+    assert len(epoch(dm)) == 600
+    counts = source.reader_counts()
+    assert counts["workers"]["cache_hits"] == opened and counts["workers"]["fetched"] == 0
+    assert counts["process"]["cache_hits"] == 1
