@@ -131,3 +131,53 @@ def test_the_windows_are_a_few_bytes_each_in_numpy_arrays(corpus, tmp_path):
     shipped = len(pickle.dumps(source))  # what a spawned worker receives
     assert shipped < 12 * len(source) + 20_000
     assert torch.is_tensor(next(iter(dm.train_dataloader()))["input_ids"])
+
+
+def test_a_state_saved_on_two_ranks_finishes_its_windows_on_one(corpus, tmp_path, monkeypatch):
+    folder, _ = corpus
+    served, states = [], []
+    for rank in range(2):
+        monkeypatch.setattr("engine.datamodule.universal.resolve_world", lambda trainer, rank=rank: (rank, 2))
+        dm = module(sharded(folder, tmp_path), batch_size=4)
+        iterator = iter(dm.train_dataloader())
+        served += windows(next(iterator) for _ in range(10))
+        states.append(dm.state_dict())
+    monkeypatch.undo()
+    resumed = module(sharded(folder, tmp_path))
+    resumed.load_state_dict(states[0])
+    rest = windows(resumed.train_dataloader())
+    everything = windows(module(sharded(folder, tmp_path)).train_dataloader())
+    assert len(served) == 80 and sorted(rest + served) == sorted(everything)
+
+
+def test_every_per_token_column_is_cut_alike_as_in_a_dataset(tmp_path):
+    """A mask of integers (read as flat buffers) and weights of floats (read as Python lists) as long as the
+    tokens in every row are cut with them; a label list of another length and the doc are copied to each window."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(1)
+    ids = [rng.integers(2, 500, size=int(rng.integers(3, 40))).tolist() for _ in range(120)]
+    table = pa.table({"input_ids": pa.array(ids, pa.list_(pa.int32())),
+                      "mask": pa.array([[i % 2 for i in range(len(row))] for row in ids], pa.list_(pa.int8())),
+                      "weight": pa.array([[i / 7 for i in range(len(row))] for row in ids], pa.list_(pa.float32())),
+                      "tags": pa.array([[len(row), 1] for row in ids], pa.list_(pa.int64())),
+                      "doc": pa.array(range(120), pa.int64())})
+    (tmp_path / "c").mkdir()
+    for part in range(2):
+        pq.write_table(table.slice(part * 60, 60), tmp_path / "c" / f"part-{part}.parquet", row_group_size=25)
+    reference = module(datasets.Dataset(table), val_split=20)
+    dm = module(sharded(tmp_path / "c", tmp_path), val_split=20)
+    for dmodule in (reference, dm):
+        dmodule.setup()
+    for role in ("train", "val"):
+        expected, source = reference.datasets[role], dm.datasets[role].for_role(role, None)
+        assert len(source) == len(expected) > len(dm.split_plan.train if role == "train" else dm.split_plan.val)
+        everything = list(range(len(source)))
+        got = list(source.__getitems__(everything))
+        want = list(expected.__getitems__(everything))
+        assert got == want  # the same float32 values on both sides
+        columns = source.fetch_columns(everything)
+        assert columns["mask"].rows() == [row["mask"] for row in want]
+        assert columns["weight"] == [row["weight"] for row in want]  # not integers: the Python-list path
+        assert columns["tags"].rows() == [row["tags"] for row in want] and columns["doc"] == [r["doc"] for r in want]
