@@ -284,6 +284,14 @@ class ShardedSource(ColumnarSource):
             return lengths.astype(np.int64)
         return lengths[self.corpus_rows(np.arange(len(self)))].astype(np.int64)
 
+    def for_role(self, role: str, transform: Any) -> ShardedSource:
+        """A copy serving split ``role`` with ``transform`` that keeps this source's reader and counts (``copy.copy``
+        would go through ``__getstate__`` and leave them behind): every split of one corpus, and the reads of setup,
+        count in one reader per process."""
+        source = object.__new__(ShardedSource)
+        source.__dict__.update(self.__dict__, role=role, transform=transform)
+        return source
+
     def view(self, positions: np.ndarray) -> ShardedSource:
         base = self.positions[positions] if self.positions is not None else np.asarray(positions, dtype=np.int64)
         source = self._sibling(base)

@@ -62,7 +62,7 @@ class DataReport:
             lines.append(f"  labels {split}: " + ", ".join(f"{self._class(label)}={count}"
                                                            for label, count in counts.items()))
         lines += [f"  not measured {split}: {why}" for split, why in self.numbers["skipped"].items()]
-        lines += [f"  shards {split}: {measure.describe_reads(reads)}" for split, reads in self._shards()]
+        lines += [f"  shards {splits}: {measure.describe_reads(reads)}" for splits, reads in self._shards()]
         lines += [f"  sample: {line}" for line in self.sample_lines]
         return "\n".join(lines)
 
@@ -94,7 +94,7 @@ class DataReport:
         rows += [(f"labels {split}", ", ".join(f"{self._class(label)}: {count}" for label, count in counts.items()))
                  for split, counts in self.numbers["labels"].items()]
         rows += [(f"not measured {split}", why) for split, why in self.numbers["skipped"].items()]
-        rows += [(f"shards {split}", measure.describe_reads(reads)) for split, reads in self._shards()]
+        rows += [(f"shards {splits}", measure.describe_reads(reads)) for splits, reads in self._shards()]
         return rows
 
     def _shards(self) -> list[tuple[str, dict[str, Any]]]:
@@ -129,9 +129,6 @@ def collect(dm: Any) -> tuple[dict[str, Any], dict[str, np.ndarray], Any]:
         source = dm.datasets.get(role)
         if source is None:
             continue
-        reads = measure.shard_reads(source)
-        if reads is not None:
-            numbers["shards"][role] = reads
         if measured:
             values, how = measure.measured_lengths(source, key)
             numbers["length_how"][role] = how
@@ -150,6 +147,7 @@ def collect(dm: Any) -> tuple[dict[str, Any], dict[str, np.ndarray], Any]:
                 numbers["labels"][role] = counts
             if role == "train":
                 numbers["class_names"] = measure.class_names(source, spec.target_field)
+    numbers["shards"] = measure.shard_reads(dm.datasets)
     train = dm.datasets.get("train")
     chosen = _chosen_batches(dm, train, key) if isinstance(train, MapSource) else None
     if "train" in lengths and chosen is not None and chosen[1]:

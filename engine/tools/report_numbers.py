@@ -168,17 +168,20 @@ def _row_labels(source: MapSource, field: str, chunk: int = 1024) -> np.ndarray 
     return values
 
 
-def shard_reads(source: Any) -> dict[str, Any] | None:
-    """Sharded data (:class:`~engine.sources.sharded.ShardedSource`): the listing (``shards``, ``row_groups``,
-    ``rows`` of the corpus) and what the reader did for this split (``process``: this process's reader;
-    ``workers``: the loader worker processes', as of each worker's last batch); None for other data."""
+def shard_reads(sources: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per corpus of sharded data (:class:`~engine.sources.sharded.ShardedSource`) among ``sources`` (by split),
+    keyed by the splits that read it (``"train, val"`` for a cut ``val_split``): the listing (``shards``,
+    ``row_groups``, ``rows``) and what its reader did (``process``: this process's reader, setup's reads included;
+    ``workers``: the loader worker processes', as of each worker's last batch)."""
     from engine.sources.sharded import ShardedSource
 
-    if not isinstance(source, ShardedSource):
-        return None
-    listing = source.listing
-    return {"shards": len(listing.files), "row_groups": listing.num_groups, "rows": listing.num_rows,
-            **source.reader_counts()}
+    corpora: dict[int, tuple[list[str], ShardedSource]] = {}
+    for role, source in sources.items():
+        if isinstance(source, ShardedSource):  # splits of one corpus share its reader and counts
+            corpora.setdefault(id(source.reader), ([], source))[0].append(role)
+    return {", ".join(roles): {"shards": len(source.listing.files), "row_groups": source.listing.num_groups,
+                               "rows": source.listing.num_rows, **source.reader_counts()}
+            for roles, source in corpora.values()}
 
 
 def describe_reads(reads: dict[str, Any]) -> str:

@@ -267,6 +267,9 @@ def test_the_report_reads_the_lengths_of_the_shards(corpus, tmp_path):
     train = [len(rows[i]) for i in dm.split_plan.train.tolist()]
     stats = numbers["lengths"]["train"]
     assert (stats["rows"], stats["total"], stats["max"]) == (500, sum(train), max(train))
+    reads = numbers["shards"]["train, val"]  # one corpus, one reader: the splits cut from it share its counts
+    assert list(numbers["shards"]) == ["train, val"] and (reads["row_groups"], reads["rows"]) == (16, 600)
+    assert reads["process"]["fetched"] >= 1  # construction read row 0 to check the fields
     assert "<svg" in dm.report()._repr_html_()
 
 
