@@ -38,7 +38,7 @@ class WorkerCollate(SeededCollate):
         if get_worker_info() is None:
             return batch
         if type(batch) is WithSkippedRows:
-            return WithSkippedRows(hand_off(batch.batch), batch.skipped)
+            return batch.with_batch(hand_off(batch.batch))
         return hand_off(batch)
 
 

@@ -32,8 +32,8 @@ class SeededCollate:
     seed and the rows themselves, so masks still do not depend on the worker that built the batch.
     Collators that take no generator (plain functions such as ``default_collate``), or that say they draw no
     random numbers (``draws_random = False``, as a causal-LM ``TextCollator``), are called without one.
-    A batch some of whose rows were left out (``on_error='skip'``) comes back as a ``WithSkippedRows``, which
-    the loader unwraps in the parent process.
+    A batch some of whose rows were left out (``on_error='skip'``), or that carries a worker's shard-reader counts,
+    comes back as a ``WithSkippedRows``, which the loader unwraps in the parent process.
     Picklable whenever the wrapped function is, so it works in spawned workers.
     """
 
@@ -49,7 +49,8 @@ class SeededCollate:
         if self.pads_text and isinstance(rows, RowBatch):  # Arrow columns and tensor lists were checked at setup
             refuse_empty_rows(batch, rows)
         skipped = getattr(rows, "skipped", None)  # rows left out by on_error='skip' or 'warn'
-        return WithSkippedRows(batch, skipped) if skipped else batch
+        counts = getattr(rows, "reader_counts", None)  # a worker's shard reads since its previous batch
+        return WithSkippedRows(batch, skipped, counts) if skipped or counts else batch
 
     def _collate(self, rows: list[Any]) -> Any:
         try:

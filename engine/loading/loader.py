@@ -207,11 +207,12 @@ def checked(batches: Any, loader: Any) -> Any:
 
 class CheckedBatches:
     """A loader's iterator, in the parent process: unwraps batches that carry skipped rows into the loader's
-    :class:`SkipReport` (checking the cap for this pass), and turns a worker's death into an error naming the
-    split and the likely fix. Everything else (``state_dict``, ...) is the wrapped iterator's."""
+    :class:`SkipReport` (checking the cap for this pass) and a worker's shard-reader counts into the loader's
+    source (:meth:`~engine.sources.sharded.ShardedSource.add_worker_counts`), and turns a worker's death into an
+    error naming the split and the likely fix. Everything else (``state_dict``, ...) is the wrapped iterator's."""
 
     def __init__(self, batches: Any, loader: Any) -> None:
-        self._batches, self._report = batches, loader.skipped
+        self._batches, self._report, self._dataset = batches, loader.skipped, loader.dataset
         self._split = getattr(loader.dataset, "role", "data")
         replicas = getattr(loader.batch_sampler, "num_replicas", 1)
         self._rows_in_pass = -(-len(loader.dataset) // replicas)
@@ -226,9 +227,12 @@ class CheckedBatches:
         try:
             batch = next(self._batches)
             if type(batch) is WithSkippedRows:
-                self._report.add(batch.skipped)
-                self._in_pass.extend(batch.skipped)
-                self._report.check_cap(self._split, len(self._in_pass), self._rows_in_pass, self._in_pass)
+                if batch.skipped:
+                    self._report.add(batch.skipped)
+                    self._in_pass.extend(batch.skipped)
+                    self._report.check_cap(self._split, len(self._in_pass), self._rows_in_pass, self._in_pass)
+                if batch.reader_counts:  # a worker's shard reads, added to the parent's source
+                    self._dataset.add_worker_counts(batch.reader_counts)
                 batch = batch.batch
             return batch
         except (RuntimeError, OSError, EOFError) as error:

@@ -150,16 +150,23 @@ def transform_skipping(source: Any, rows: list[Any], positions: list[int],
 
 
 class WithSkippedRows:
-    """A collated batch together with the rows left out of it, on its way from a worker to the parent process.
-    ``pin_memory()`` pins the batch, so a pinning loader keeps the records."""
+    """A collated batch together with the rows left out of it, on its way from a worker to the parent process;
+    also the worker's shard-reader counts since its previous batch (``reader_counts``, see
+    :meth:`engine.sources.sharded.ShardedSource.reader_counts`). ``pin_memory()`` pins the batch, so a pinning loader
+    keeps the records."""
 
-    __slots__ = ("batch", "skipped")
+    __slots__ = ("batch", "skipped", "reader_counts")
 
-    def __init__(self, batch: Any, skipped: list[SkippedRow]) -> None:
-        self.batch, self.skipped = batch, skipped
+    def __init__(self, batch: Any, skipped: list[SkippedRow] | None,
+                 reader_counts: dict[str, int] | None = None) -> None:
+        self.batch, self.skipped, self.reader_counts = batch, skipped, reader_counts
+
+    def with_batch(self, batch: Any) -> WithSkippedRows:
+        """The same records around another form of the batch (pinned, handed off)."""
+        return WithSkippedRows(batch, self.skipped, self.reader_counts)
 
     def pin_memory(self) -> WithSkippedRows:
-        return WithSkippedRows(pin_memory(self.batch), self.skipped)
+        return self.with_batch(pin_memory(self.batch))
 
 
 class SkipReport:

@@ -2,8 +2,9 @@
 (with ``stride`` tokens of overlap, as transformers' ``return_overflowing_tokens``) or ``drop``; and a count of it.
 
 The policy is applied at setup to each split's token data after the split is cut, so a document's windows never
-land in two splits. Lists of tensors get new offsets into the same flat buffer; Hugging Face token columns are cut
-with a batched ``Dataset.map`` (``drop`` is a ``select`` view). Raw text tokenized here keeps its special tokens:
+land in two splits. Lists of tensors get new offsets into the same flat buffer; sharded data gets spans over its
+corpus rows, cut as each batch is read; Hugging Face token columns are cut with a batched ``Dataset.map`` (``drop``
+is a ``select`` view). Raw text tokenized here keeps its special tokens:
 every window (and a truncated row) starts and ends with them, as the tokenizer's own overflow windows do.
 """
 
@@ -58,7 +59,8 @@ class LongRows:
 
 def check_sources(given: dict[str, MapSource], stream: Any, policy: LongRows) -> None:
     """Refuse, at construction, data that ``policy`` cannot be applied to: 'split' and 'drop' need every row's
-    length up front, which streams and torch datasets (read row by row) do not give."""
+    length up front, which streams and torch datasets (read row by row) do not give (sharded data reads them from
+    its token column alone)."""
     if policy.policy == "truncate":
         return
     if stream is not None:
@@ -69,10 +71,6 @@ def check_sources(given: dict[str, MapSource], stream: Any, policy: LongRows) ->
             check_sources({f"{role}[{name!r}]": part for name, part in zip(source.names, source.sources)}, None,
                           policy)
             continue
-        if isinstance(source, ShardedSource) and policy.policy == "split" and role != "predict":
-            raise ValueError(f"long_rows='split' cuts rows into windows held beside the data, which sharded data "
-                             f"({role}_data) does not do; split long documents when tokenizing the corpus, or use "
-                             f"long_rows='truncate' or 'drop'")
         if role != "predict" and not isinstance(source, (HFSource, TensorListSource, ShardedSource)):
             raise TypeError(f"long_rows={policy.policy!r} needs token data in columns (a datasets.Dataset or a "
                             f"list of tensors), but {role}_data is a {type(source).__name__}; give one of those, "
@@ -185,6 +183,8 @@ def apply_long_rows(source: MapSource, key: str | None, policy: LongRows, frame:
         return source, report
     if policy.policy == "drop":
         return source.view(rows), report
+    if isinstance(source, ShardedSource):  # spans over the corpus rows, cut as each batch is read
+        return source.windowed(rows, starts, ends, per_token_columns(source, key, lengths, whole)), report
     if isinstance(source, TensorListSource):
         cut: MapSource = TokenWindows(source, rows, starts, ends)
     else:
@@ -246,15 +246,21 @@ def cut_columns(dataset: Any, key: str, windows: tuple[np.ndarray, np.ndarray, n
     """``dataset`` as its ``windows`` ``(rows, starts, ends)``, with a batched ``Dataset.map``: per-token columns
     (lists as long as ``key``'s in every row, except those in ``whole``) are cut, the others copied to each window
     of their row."""
-    lengths = lengths_of(HFSource(dataset), key)
-    per_token = [name for name in dataset.column_names
-                 if name == key or (name not in whole and _same_lengths(dataset, name, lengths))]
+    source = HFSource(dataset)
+    per_token = per_token_columns(source, key, lengths_of(source, key), whole)
     return dataset.map(_CutRows(windows, per_token, frame), batched=True, with_indices=True,
                        remove_columns=dataset.column_names, features=dataset.features, desc="Cutting long rows")
 
 
-def _same_lengths(dataset: Any, name: str, lengths: np.ndarray) -> bool:
+def per_token_columns(source: MapSource, key: str, lengths: np.ndarray, whole: tuple[str, ...] = ()) -> list[str]:
+    """The columns cut with the ``key`` tokens: ``key`` and the lists as long as its rows in every row (a mask,
+    labels), except those in ``whole``."""
+    return [name for name in source.column_names
+            if name == key or (name not in whole and _same_lengths(source, name, lengths))]
+
+
+def _same_lengths(source: MapSource, name: str, lengths: np.ndarray) -> bool:
     try:
-        return bool(np.array_equal(lengths_of(HFSource(dataset), name), lengths))
+        return bool(np.array_equal(lengths_of(source, name), lengths))
     except (KeyError, TypeError):
         return False

@@ -6,13 +6,19 @@ row's index maps to its row group with one search, and a batch is read from the 
 row's index then holds for shards as for data on disk: the samplers' seeded orders, exact and elastic resume,
 the same batches at any number of workers, equal batches per rank, every batching mode. The training order keeps
 reads local (:mod:`engine.sampling.blocks`): row groups in a seeded order, rows shuffled within a window.
+
+``long_rows='split'`` makes a source of windows (:meth:`ShardedSource.windowed`): each window is a corpus row and
+a span ``[start, end)`` of its per-token columns, three numpy arrays of a few bytes a window; the rows are read as
+any others and cut as they are gathered, so no window is written anywhere.
 """
 
 from __future__ import annotations
 
+import os
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -22,23 +28,40 @@ from engine.sources.shard_listing import ShardListing, Shards, list_shards
 from engine.sources.shard_reader import RowGroupReader
 
 
+class Windows(NamedTuple):
+    """Windows of corpus rows (``long_rows='split'``): window ``i`` is ``[starts[i], ends[i])`` of the columns
+    ``per_token`` of corpus row ``rows[i]``; the other columns are the row's own."""
+
+    rows: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+    per_token: tuple[str, ...]
+
+
 class ShardedSource(ColumnarSource):
-    """The rows of a :class:`ShardListing`, read a row group at a time; ``positions`` views a split of them."""
+    """The rows of a :class:`ShardListing`, read a row group at a time; ``positions`` views a split of them (of
+    the windows, once :meth:`windowed`)."""
 
     token_key: str | None = None
     """The token column whose rows must not be empty (set at setup from the spec), checked as batches are read."""
+    windows: Windows | None = None
+    """The windows this source serves in place of the corpus rows (``long_rows='split'``); None: the rows."""
 
     def __init__(self, listing: ShardListing, positions: np.ndarray | None = None) -> None:
         self.listing = listing
         self.positions = positions
         self._readers: list[RowGroupReader] = []  # one per process, built on first use, shared with copies
+        self._worker_counts: Counter[str] = Counter()  # what loader workers' readers did, shared with copies
+        self._sent: tuple[int, Counter[str]] | None = None  # in a worker: (pid, counts already sent)
 
     @classmethod
     def from_shards(cls, shards: Shards) -> ShardedSource:
         return cls(list_shards(shards))
 
     def __len__(self) -> int:
-        return len(self.positions) if self.positions is not None else self.listing.num_rows
+        if self.positions is not None:
+            return len(self.positions)
+        return len(self.windows.rows) if self.windows is not None else self.listing.num_rows
 
     @property
     def reader(self) -> RowGroupReader:
@@ -52,15 +75,17 @@ class ShardedSource(ColumnarSource):
 
     def fingerprint(self) -> str:
         """The corpus's fingerprint (files, versions, row groups) and the split's rows: what a saved state names."""
-        if self.positions is None:
+        if self.positions is None and self.windows is None:
             return self.listing.fingerprint()
         import hashlib
 
-        return hashlib.blake2b(self.listing.fingerprint().encode() + self.positions.tobytes(),
-                               digest_size=12).hexdigest()
+        digest = hashlib.blake2b(self.listing.fingerprint().encode(), digest_size=12)
+        for array in (self.positions, *(self.windows[:3] if self.windows is not None else ())):
+            digest.update(array.tobytes() if array is not None else b"-")
+        return digest.hexdigest()
 
-    def corpus_rows(self, positions: Sequence[int] | np.ndarray) -> np.ndarray:
-        """The corpus indices of this source's ``positions``."""
+    def _base(self, positions: Sequence[int] | np.ndarray) -> np.ndarray:
+        """The indices of this source's ``positions`` among the corpus rows, or among the windows once windowed."""
         rows = np.asarray(positions, dtype=np.int64)
         size = len(self)
         if len(rows) and (rows.min() < 0 or rows.max() >= size):
@@ -68,16 +93,78 @@ class ShardedSource(ColumnarSource):
             raise IndexError(f"row {int(bad)} is out of range for the {size} rows of the {self.role} data")
         return self.positions[rows] if self.positions is not None else rows
 
+    def corpus_rows(self, positions: Sequence[int] | np.ndarray) -> np.ndarray:
+        """The corpus indices of this source's ``positions`` (of the rows a window is cut from)."""
+        base = self._base(positions)
+        return self.windows.rows[base].astype(np.int64) if self.windows is not None else base
+
+    def _spans(self, positions: Sequence[int]) -> tuple[list[int], list[int]]:
+        """``(starts, ends)`` of the windows at ``positions`` (windowed sources only)."""
+        base = self._base(positions)
+        return self.windows.starts[base].tolist(), self.windows.ends[base].tolist()
+
+    def windowed(self, rows: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                 per_token: Sequence[str]) -> ShardedSource:
+        """A source of windows: this source's row at ``rows[i]`` cut to ``[starts[i], ends[i])`` in each of the
+        ``per_token`` columns (:func:`engine.sources.long_rows.windows`). Errors name the row a window is from."""
+        corpus = self.corpus_rows(rows)
+        if self.windows is not None:  # windows of windows: spans within the spans
+            first = np.asarray(self._spans(rows)[0], dtype=np.int64)
+            starts, ends = first + starts, first + ends
+        small = np.int32 if self.listing.num_rows < 2**31 else np.int64
+        offsets = np.int32 if len(ends) == 0 or int(np.max(ends)) < 2**31 else np.int64
+        source = self._sibling(None)
+        source.token_key = self.token_key
+        source.windows = Windows(corpus.astype(small), np.asarray(starts).astype(offsets),
+                                 np.asarray(ends).astype(offsets), tuple(per_token))
+        source.origins = source.windows.rows  # the user's row of each window: the corpus row it is cut from
+        return source
+
     def group_of(self, rows: np.ndarray) -> np.ndarray:
         """The row group of each of the corpus ``rows`` (one binary search of the groups' first rows)."""
         return np.searchsorted(self.listing.group_start, rows, side="right") - 1
 
     def row_groups(self) -> np.ndarray:
         """The row group of each of this source's rows (what the training order keeps together)."""
-        rows = self.positions if self.positions is not None else np.arange(self.listing.num_rows)
-        return self.group_of(rows).astype(np.int32)
+        return self.group_of(self.corpus_rows(np.arange(len(self)))).astype(np.int32)
+
+    def reader_counts(self) -> dict[str, dict[str, int]]:
+        """What the shard reader did: ``{"process": ..., "workers": ...}``, each ``{fetched, cache_hits, retries,
+        bytes_fetched, evicted, read_ahead}``. ``process``: this process's reader (a loader without workers, or with
+        threads, reads here); ``workers``: the loader worker processes' readers, sent back with each batch (counts
+        as of each worker's last batch: a read ahead still running when its worker stopped is not among them)."""
+        keys = ("fetched", "cache_hits", "retries", "bytes_fetched", "evicted", "read_ahead")
+        own = self.reader.stats
+        return {"process": {key: int(own[key]) for key in keys},
+                "workers": {key: int(self._worker_counts[key]) for key in keys}}
+
+    def add_worker_counts(self, counts: dict[str, int]) -> None:
+        """Add a loader worker's reader counts (the parent's loader iterator calls this as its batches arrive)."""
+        self._worker_counts.update(counts)
+
+    def _unsent(self) -> Counter[str] | None:
+        """In a loader worker: the reader's counts already sent to the parent (at first, those a forked worker
+        inherited, which are the parent's own); None in the parent."""
+        from torch.utils.data import get_worker_info
+
+        if get_worker_info() is None:
+            return None
+        if self._sent is None or self._sent[0] != os.getpid():
+            self._sent = (os.getpid(), Counter(self.reader.stats))
+        return self._sent[1]
 
     def __getitems__(self, indices: Sequence[int]) -> Any:
+        sent = self._unsent()
+        batch = self._read(indices)
+        if sent is not None:
+            now = dict(self.reader.stats)  # a copy first: read-ahead threads add to the counts meanwhile
+            new = {key: value - sent[key] for key, value in now.items() if value != sent[key]}
+            if new:
+                sent.update(new)
+                batch.reader_counts = new
+        return batch
+
+    def _read(self, indices: Sequence[int]) -> Any:
         # The batch's row groups first: a shard that fails to read (after its retries), changed or went is raised
         # as it is, naming the shard, rather than searched for row by row (each row would retry the fetch again).
         for group in self._groups(self.corpus_rows(list(indices))):
@@ -114,9 +201,17 @@ class ShardedSource(ColumnarSource):
 
     def _fetch(self, positions: list[int]) -> list[dict[str, Any]]:
         rows = self._table(positions).to_pylist()
+        if self.windows is not None:
+            for name in self.windows.per_token:
+                for row, cut in zip(rows, self._cut([row[name] for row in rows], positions)):
+                    row[name] = cut
         if self.token_key is not None:
             self._check_tokens(positions, [len(row.get(self.token_key) or ()) for row in rows])
         return rows
+
+    def _cut(self, values: list[Any], positions: Sequence[int]) -> list[Any]:
+        """Each of ``values`` (a per-token column's lists) cut to its window."""
+        return [value[start:end] for value, start, end in zip(values, *self._spans(positions))]
 
     def _check_tokens(self, positions: Sequence[int], lengths: Any) -> None:
         empty = np.flatnonzero(np.asarray(lengths) == 0)
@@ -136,13 +231,19 @@ class ShardedSource(ColumnarSource):
         groups = self.group_of(rows)
         local = (rows - self.listing.group_start[groups]).tolist()
         groups = groups.tolist()
+        cut = self.windows.per_token if self.windows is not None else ()
+        spans = self._spans(positions) if cut else None
         columns: dict[str, Any] = {}
         for name in self.column_names:
             views = {group: self.reader.ragged(group, name) for group in dict.fromkeys(groups)}
             if any(view is None for view in views.values()):  # not a list of integers without nulls
                 continue
-            pieces = [views[group][1][views[group][0][row]:views[group][0][row + 1]]
-                      for group, row in zip(groups, local)]
+            if name in cut:
+                pieces = [views[group][1][views[group][0][row] + start:views[group][0][row] + end]
+                          for group, row, start, end in zip(groups, local, *spans)]
+            else:
+                pieces = [views[group][1][views[group][0][row]:views[group][0][row + 1]]
+                          for group, row in zip(groups, local)]
             lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
             offsets = np.zeros(len(pieces) + 1, dtype=np.int64)
             np.cumsum(lengths, out=offsets[1:])
@@ -154,11 +255,15 @@ class ShardedSource(ColumnarSource):
         if others:
             table = self._table(positions).select(others)
             columns.update({name: table.column(name).to_pylist() for name in others})
+            columns.update({name: self._cut(columns[name], positions) for name in others if name in cut})
         return {name: columns[name] for name in self.column_names}
 
     def lengths(self, key: str | None) -> np.ndarray:
         """The length of every row's ``key`` list (int64), read column-only per row group and kept in the cache
-        folder, so a resumed run reads none again."""
+        folder, so a resumed run reads none again; a window's length in a per-token column is its span's."""
+        if self.windows is not None and key in self.windows.per_token:
+            base = self._base(np.arange(len(self)))
+            return (self.windows.ends[base] - self.windows.starts[base]).astype(np.int64)
         import pyarrow as pa
 
         names = self.column_names
@@ -179,18 +284,33 @@ class ShardedSource(ColumnarSource):
                                                        range(self.listing.num_groups))))
             lengths = lengths.astype(np.int32 if len(lengths) and lengths.max() < 2**31 else np.int64)
             _save(saved, lengths)
-        return (lengths[self.positions] if self.positions is not None else lengths).astype(np.int64)
+        if self.positions is None and self.windows is None:
+            return lengths.astype(np.int64)
+        return lengths[self.corpus_rows(np.arange(len(self)))].astype(np.int64)
+
+    def for_role(self, role: str, transform: Any) -> ShardedSource:
+        """A copy serving split ``role`` with ``transform`` that keeps this source's reader and counts (``copy.copy``
+        would go through ``__getstate__`` and leave them behind): every split of one corpus, and the reads of setup,
+        count in one reader per process."""
+        source = object.__new__(ShardedSource)
+        source.__dict__.update(self.__dict__, role=role, transform=transform)
+        return source
 
     def view(self, positions: np.ndarray) -> ShardedSource:
         base = self.positions[positions] if self.positions is not None else np.asarray(positions, dtype=np.int64)
-        source = ShardedSource(self.listing, base)
-        source._readers = self._readers
-        source.hands_columns = self.hands_columns
-        source.origins = self.origins
+        source = self._sibling(base)
+        source.windows, source.origins = self.windows, self.origins
         return source
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_readers": []}  # the reader's open tables are memory maps of this process
+    def _sibling(self, positions: np.ndarray | None) -> ShardedSource:
+        """A source over the same listing that shares this one's reader and worker counts."""
+        source = ShardedSource(self.listing, positions)
+        source._readers, source._worker_counts = self._readers, self._worker_counts
+        source.hands_columns = self.hands_columns
+        return source
+
+    def __getstate__(self) -> dict[str, Any]:  # the reader's open tables are memory maps of this process
+        return {**self.__dict__, "_readers": [], "_worker_counts": Counter(), "_sent": None}
 
 
 def _save(path: Path, array: np.ndarray) -> None:

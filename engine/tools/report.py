@@ -2,7 +2,8 @@
 
 Split sizes; the collator chosen and why (its options behind a ``<details>``); a length histogram per split
 (text and audio); the padding share of plain shuffled batches beside the module's own batching over one epoch;
-rows cut by ``max_length``; the label distribution; and the first training batch, decoded. The numbers come
+rows cut by ``max_length``; the label distribution; sharded data's listing and reader counts (fetches, cache hits,
+retries, bytes, evictions, read-ahead); and the first training batch, decoded. The numbers come
 from the columns (:mod:`engine.tools.report_numbers`), so a million rows take well under a second; figures are
 inline SVG (:mod:`engine.tools.figures`).
 """
@@ -61,6 +62,7 @@ class DataReport:
             lines.append(f"  labels {split}: " + ", ".join(f"{self._class(label)}={count}"
                                                            for label, count in counts.items()))
         lines += [f"  not measured {split}: {why}" for split, why in self.numbers["skipped"].items()]
+        lines += [f"  shards {splits}: {measure.describe_reads(reads)}" for splits, reads in self._shards()]
         lines += [f"  sample: {line}" for line in self.sample_lines]
         return "\n".join(lines)
 
@@ -92,7 +94,11 @@ class DataReport:
         rows += [(f"labels {split}", ", ".join(f"{self._class(label)}: {count}" for label, count in counts.items()))
                  for split, counts in self.numbers["labels"].items()]
         rows += [(f"not measured {split}", why) for split, why in self.numbers["skipped"].items()]
+        rows += [(f"shards {splits}", measure.describe_reads(reads)) for splits, reads in self._shards()]
         return rows
+
+    def _shards(self) -> list[tuple[str, dict[str, Any]]]:
+        return list(self.numbers.get("shards", {}).items())
 
     def _class(self, label: int) -> str:
         names = self.numbers.get("class_names")
@@ -116,7 +122,7 @@ def collect(dm: Any) -> tuple[dict[str, Any], dict[str, np.ndarray], Any]:
     numbers: dict[str, Any] = {
         "split_sizes": {role: size for role, size in dm.split_sizes.items() if size != 0},
         "collator": collator_line(dm), "batching": dm.batching, "lengths": {}, "length_how": {}, "padding": None,
-        "truncation": {}, "labels": {}, "label_how": {}, "skipped": {}, "class_names": None,
+        "truncation": {}, "labels": {}, "label_how": {}, "skipped": {}, "class_names": None, "shards": {},
     }
     lengths: dict[str, np.ndarray] = {}
     for role in SPLITS:
@@ -141,6 +147,7 @@ def collect(dm: Any) -> tuple[dict[str, Any], dict[str, np.ndarray], Any]:
                 numbers["labels"][role] = counts
             if role == "train":
                 numbers["class_names"] = measure.class_names(source, spec.target_field)
+    numbers["shards"] = measure.shard_reads(dm.datasets)
     train = dm.datasets.get("train")
     chosen = _chosen_batches(dm, train, key) if isinstance(train, MapSource) else None
     if "train" in lengths and chosen is not None and chosen[1]:

@@ -166,3 +166,29 @@ def _row_labels(source: MapSource, field: str, chunk: int = 1024) -> np.ndarray 
                 return None  # no scalar integer label: a sequence target, a regression value or none at all
             values[start + offset] = int(label)
     return values
+
+
+def shard_reads(sources: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per corpus of sharded data (:class:`~engine.sources.sharded.ShardedSource`) among ``sources`` (by split),
+    keyed by the splits that read it (``"train, val"`` for a cut ``val_split``): the listing (``shards``,
+    ``row_groups``, ``rows``) and what its reader did (``process``: this process's reader, setup's reads included;
+    ``workers``: the loader worker processes', as of each worker's last batch)."""
+    from engine.sources.sharded import ShardedSource
+
+    corpora: dict[int, tuple[list[str], ShardedSource]] = {}
+    for role, source in sources.items():
+        if isinstance(source, ShardedSource):  # splits of one corpus share its reader and counts
+            corpora.setdefault(id(source.reader), ([], source))[0].append(role)
+    return {", ".join(roles): {"shards": len(source.listing.files), "row_groups": source.listing.num_groups,
+                               "rows": source.listing.num_rows, **source.reader_counts()}
+            for roles, source in corpora.values()}
+
+
+def describe_reads(reads: dict[str, Any]) -> str:
+    """One line of :func:`shard_reads`: the listing, then the reader's counts, this process's and the workers'."""
+    def counts(values: dict[str, int]) -> str:
+        return ", ".join(f"{key}={value}" for key, value in values.items())
+
+    return (f"{reads['shards']} shards, {reads['row_groups']} row groups, {reads['rows']} rows; reads of this "
+            f"process: {counts(reads['process'])}; of its loader workers (as of their last batch): "
+            f"{counts(reads['workers'])}")

@@ -277,8 +277,8 @@ def test_a_mixed_batch_read_as_columns_equals_the_rows_read_one_by_one():
 
 
 def test_a_module_with_a_mixture_is_rebuilt_from_its_lightning_checkpoint(tmp_path):
-    from tests.engine.test_resume_lightning import trainer
     from tests.distributed._lightning_elastic import Recorder
+    from tests.engine.test_resume_lightning import trainer
 
     def mixture():
         return Mixture({"web": 0.6, "code": 0.3, "books": 0.1}, schedule=[(3, {"web": 1, "code": 1, "books": 1})],

@@ -225,11 +225,10 @@ def test_refusals_name_the_path_and_the_fix(tmp_path):
         Shards("s3://bucket/x", storage_options="key=1")
 
 
-def test_long_rows_split_is_refused_and_drop_leaves_rows_out(corpus, tmp_path):
+def test_long_rows_drop_leaves_rows_out(corpus, tmp_path):
+    """'split': test_sharded_long_rows.py."""
     folder, rows = corpus
     short = SPEC.replace(additional_config={"max_seq_len": 16})
-    with pytest.raises(ValueError, match="long_rows='split'"):
-        module(shards(folder, tmp_path), long_rows="split", task_spec=short)
     dm = module(shards(folder, tmp_path), long_rows="drop", task_spec=short)
     served = epoch(dm)
     assert sorted(served) == [index for index, row in enumerate(rows) if len(row) <= 16]
@@ -268,6 +267,9 @@ def test_the_report_reads_the_lengths_of_the_shards(corpus, tmp_path):
     train = [len(rows[i]) for i in dm.split_plan.train.tolist()]
     stats = numbers["lengths"]["train"]
     assert (stats["rows"], stats["total"], stats["max"]) == (500, sum(train), max(train))
+    reads = numbers["shards"]["train, val"]  # one corpus, one reader: the splits cut from it share its counts
+    assert list(numbers["shards"]) == ["train, val"] and (reads["row_groups"], reads["rows"]) == (16, 600)
+    assert reads["process"]["fetched"] >= 1  # construction read row 0 to check the fields
     assert "<svg" in dm.report()._repr_html_()
 
 
@@ -334,3 +336,22 @@ def test_an_empty_token_row_is_refused_when_its_batch_is_read(tmp_path):
     with pytest.raises(ValueError, match=r"'input_ids' should hold at least one token in every row, but row 1 of "
                                          r"the train data holds 0 tokens"):
         next(iter(dm.train_dataloader()))
+
+
+def test_loader_workers_send_their_reader_counts_back_once(corpus, tmp_path):
+    """Each worker's counts come back with its batches, without the parent's that a forked worker inherits."""
+    folder, _ = corpus
+    epoch(module(shards(folder, tmp_path)))  # fills the cache: every later read is a cache hit
+    dm = module(shards(folder, tmp_path), workers=2)
+    dm.setup()
+    source = dm.datasets["train"]
+    source.__getitems__(list(range(40)))  # row group 0, opened in the parent before the workers fork
+    assert source.reader_counts()["process"]["cache_hits"] == 1
+    loader = dm.train_dataloader()
+    batches = loader.batch_sampler.epoch_batches(0)
+    groups = [set(source.group_of(source.corpus_rows(batch)).tolist()) for batch in batches]
+    opened = sum(len(set().union(*groups[worker::2]) - {0}) for worker in range(2))  # group 0 is open already
+    assert len(epoch(dm)) == 600
+    counts = source.reader_counts()
+    assert counts["workers"]["cache_hits"] == opened and counts["workers"]["fetched"] == 0
+    assert counts["process"]["cache_hits"] == 1

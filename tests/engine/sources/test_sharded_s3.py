@@ -95,3 +95,24 @@ def test_a_bare_s3_url_is_read_as_shards(corpus, tmp_path, s3_bucket, monkeypatc
     source = as_source(s3_bucket.url("corpus/"))
     assert len(source) == 600
     assert pq.read_schema(tmp_path / "corpus" / "part-000.parquet").names == source.column_names
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_report_shows_the_retries_of_a_faulty_store(corpus, tmp_path, s3_bucket, faulty_s3, workers):
+    """The reader's counts reach ``dm.report()``: this process's, and those loader workers send back."""
+    dm = module(shards(faulty_s3, s3_bucket, tmp_path), workers=workers)  # the listing reads the footers
+    faulty_s3.reset()
+    faulty_s3.fail_next(2, status=503, match="part-001", method="GET")
+    assert sorted(docs(dm.train_dataloader())) == list(range(600))
+    assert faulty_s3.pending == 0
+    report = dm.report()
+    reads = report.numbers["shards"]["train"]
+    assert (reads["shards"], reads["row_groups"], reads["rows"]) == (4, 16, 600)
+    here, there = ("process", "workers") if workers == 0 else ("workers", "process")
+    assert reads[here]["retries"] == 2 and reads[there]["retries"] == 0
+    assert reads[here]["fetched"] + reads[here]["cache_hits"] >= 16 and reads[here]["bytes_fetched"] > 0
+    line = next(line for line in str(report).splitlines() if "shards train" in line)
+    assert "shards train: 4 shards, 16 row groups, 600 rows" in line
+    own, theirs = line.split("of its loader workers")
+    assert ("retries=2" in own, "retries=2" in theirs) == (workers == 0, workers == 2)
+    assert "retries=2" in report._repr_html_()
