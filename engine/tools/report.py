@@ -2,7 +2,8 @@
 
 Split sizes; the collator chosen and why (its options behind a ``<details>``); a length histogram per split
 (text and audio); the padding share of plain shuffled batches beside the module's own batching over one epoch;
-rows cut by ``max_length``; the label distribution; and the first training batch, decoded. The numbers come
+rows cut by ``max_length``; the label distribution; a mixture's target against the rows and tokens served per
+source (:mod:`engine.tools.report_mixture`); and the first training batch, decoded. The numbers come
 from the columns (:mod:`engine.tools.report_numbers`), so a million rows take well under a second; figures are
 inline SVG (:mod:`engine.tools.figures`).
 """
@@ -22,6 +23,7 @@ from engine.sources.adapt import MapSource
 from engine.sources.inputs import token_field
 from engine.tools import report_numbers as measure
 from engine.tools.inline import save_page
+from engine.tools.report_mixture import mixture_html, mixture_lines, mixture_numbers
 from engine.tools.summary import collator_line, describe_value, summary_rows
 
 SPLITS = ("train", "val", "test", "predict")
@@ -49,6 +51,7 @@ class DataReport:
 
     def __str__(self) -> str:
         lines = [self.title, *(f"  {label}: {value}" for label, value in self.summary)]
+        lines += mixture_lines(self.numbers.get("mixture"))
         for split, stats in self.numbers["lengths"].items():
             lines.append(f"  lengths {split}: " + (", ".join(f"{k}={_fmt(v)}" for k, v in stats.items())))
         padding = self.numbers["padding"]
@@ -71,6 +74,7 @@ class DataReport:
                    f"</details>")
         sample = "".join(f"<li><code>{html.escape(line)}</code></li>" for line in self.sample_lines)
         return (f'<div class="udm-report">{STYLE}<h3>{html.escape(self.title)}</h3><table>{table}</table>{details}'
+                f'{mixture_html(self.numbers.get("mixture"))}'
                 f'<div class="plots">{"".join(self.figures)}</div>'
                 f"<h4>first train batch</h4><ul>{sample}</ul></div>")
 
@@ -152,6 +156,7 @@ def collect(dm: Any) -> tuple[dict[str, Any], dict[str, np.ndarray], Any]:
                               "batching": dm.batching}
         if dm.batching == "plain":
             numbers["padding"].update(_grouped_advice(dm, train, key, lengths["train"], numbers["padding"]["plain"]))
+    numbers["mixture"] = mixture_numbers(dm)
     batch = dm.first_batch() if train is not None else None
     numbers["sample_batch"] = _shapes(batch)
     return numbers, lengths, batch
@@ -231,6 +236,8 @@ def build_report(dm: Any) -> DataReport:
                                            f"{padding['batching']} (this module)": padding["chosen"]}))
     if numbers["labels"]:
         plots.append(figures.label_bars(numbers["labels"], numbers["class_names"]))
+    if numbers["mixture"]:
+        plots.append(figures.mixture_bars(numbers["mixture"]))
     lines, images = sample_lines(batch, dm.tokenizer, SHOWN_ROWS,
                                  seq2seq=spec is not None and spec.task_type == "seq2seq",
                                  image_key=_image_key(spec, batch), label_key=_label_key(spec, batch),
