@@ -125,7 +125,8 @@ def mixture_bars(numbers: Mapping[str, Any]) -> str:
     axes.set_xticks(positions, list(sources))
     axes.set_ylim(0, max(axes.get_ylim()[1], 1.0) * 1.3)  # headroom: the legend sits above the bars
     axes.legend(fontsize=8, frameon=False, loc="upper center", ncol=len(kinds))
-    _style(axes, f"mixture by {numbers['by']} at step {numbers['step']}", "source", "% share")
+    where = f"step {numbers['step']}" if "block" not in numbers else f"block {numbers['step']}"
+    _style(axes, f"mixture by {numbers['by']} at {where}", "source", "% share")
     return figure_html(figure, "mixture", "Each source's target share beside its share of the rows and tokens "
                                           "served since the start of training.")
 

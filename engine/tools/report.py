@@ -23,7 +23,7 @@ from engine.sources.adapt import MapSource
 from engine.sources.inputs import token_field
 from engine.tools import report_numbers as measure
 from engine.tools.inline import save_page
-from engine.tools.report_mixture import mixture_html, mixture_lines, mixture_numbers
+from engine.tools.report_mixture import fresh_mixture_order, mixture_html, mixture_lines, mixture_numbers
 from engine.tools.summary import collator_line, describe_value, summary_rows
 
 SPLITS = ("train", "val", "test", "predict")
@@ -146,28 +146,31 @@ def collect(dm: Any) -> tuple[dict[str, Any], dict[str, np.ndarray], Any]:
             if role == "train":
                 numbers["class_names"] = measure.class_names(source, spec.target_field)
     train = dm.datasets.get("train")
-    chosen = _chosen_batches(dm, train, key) if isinstance(train, MapSource) else None
+    order = fresh_mixture_order(dm)
+    chosen = _chosen_batches(dm, train, key, order) if isinstance(train, MapSource) else None
     if "train" in lengths and chosen is not None and chosen[1]:
-        plain = SeededBatchSampler(len(train), dm.train_config.batch_size, shuffle=True, seed=dm.train_config.seed
-                                   or 0, drop_last=dm.train_config.drop_last, num_replicas=dm.world_size,
-                                   rank=dm.rank, uneven=dm.uneven)
+        plain = SeededBatchSampler(len(train) if order is None else order.size, dm.train_config.batch_size,
+                                   shuffle=True, seed=dm.train_config.seed or 0, drop_last=dm.train_config.drop_last,
+                                   num_replicas=dm.world_size, rank=dm.rank, uneven=dm.uneven, order=order)
         numbers["padding"] = {"plain": measure.plain_padding_share(plain, lengths["train"], collator),
                               "chosen": measure.padding_share(chosen[1], lengths["train"], collator),
                               "batching": dm.batching}
         if dm.batching == "plain":
-            numbers["padding"].update(_grouped_advice(dm, train, key, lengths["train"], numbers["padding"]["plain"]))
+            numbers["padding"].update(_grouped_advice(dm, train, key, lengths["train"], numbers["padding"]["plain"],
+                                                      order))
     numbers["mixture"] = mixture_numbers(dm)
     batch = dm.first_batch() if train is not None else None
     numbers["sample_batch"] = _shapes(batch)
     return numbers, lengths, batch
 
 
-def _chosen_batches(dm: Any, train: MapSource, key: str | None) -> tuple[int, list[list[int]]]:
-    """(seed, epoch 0's batches) of the module's own training sampler, built afresh (the loader is untouched)."""
+def _chosen_batches(dm: Any, train: MapSource, key: str | None, order: Any = None) -> tuple[int, list[list[int]]]:
+    """(seed, epoch 0's batches) of the module's own training sampler (drawing from its mixture's ``order``, if
+    any), built afresh (the loader is untouched)."""
     config = dm.train_config
     sampler = batch_sampler_for(train, batching=dm.batching, batch_size=config.batch_size, max_tokens=dm.max_tokens,
                                 key=key, seed=config.seed, shuffle=config.shuffle, drop_last=config.drop_last,
-                                num_replicas=dm.world_size, rank=dm.rank, uneven=dm.uneven)
+                                num_replicas=dm.world_size, rank=dm.rank, uneven=dm.uneven, order=order)
     return sampler.seed, sampler.epoch_batches(0)
 
 
@@ -176,8 +179,8 @@ GROUPED_CUTS = 0.25
 at least 5 points)."""
 
 
-def _grouped_advice(dm: Any, train: MapSource, key: str | None, lengths: np.ndarray, plain: float | None
-                    ) -> dict[str, Any]:
+def _grouped_advice(dm: Any, train: MapSource, key: str | None, lengths: np.ndarray, plain: float | None,
+                    order: Any = None) -> dict[str, Any]:
     """``{grouped, advice}``: the padding share grouped batching would give this module, and a sentence when it
     would cut padding markedly; {} where grouping does not apply."""
     if plain is None or not plain:
@@ -185,7 +188,7 @@ def _grouped_advice(dm: Any, train: MapSource, key: str | None, lengths: np.ndar
     config = dm.train_config
     grouped_sampler = batch_sampler_for(train, batching="grouped", batch_size=config.batch_size, key=key,
                                         seed=config.seed or 0, drop_last=config.drop_last,
-                                        num_replicas=dm.world_size, rank=dm.rank, uneven=dm.uneven)
+                                        num_replicas=dm.world_size, rank=dm.rank, uneven=dm.uneven, order=order)
     grouped = measure.padding_share(grouped_sampler.epoch_batches(0), lengths, dm.collator)
     if grouped is None:
         return {}

@@ -15,7 +15,11 @@ from typing import Any
 import numpy as np
 
 from engine.core.compat import sampler_state_of
+from engine.sampling.mixing import MixtureOrder
 from engine.sampling.position import PassState
+
+STEP_BLOCKS = ("plain", "grouped")
+"""Batching modes under which a mixture's block is one training step (the global batch)."""
 
 
 class _SamplerAt:
@@ -63,7 +67,20 @@ def mixture_numbers(dm: Any) -> dict[str, Any] | None:
     module's train loader (the one training iterates); None for a module without a mixture."""
     if getattr(dm, "mixture", None) is None or "train" not in dm.datasets:
         return None
-    return served_summary(dm.train_dataloader())
+    loader = dm.train_dataloader()
+    numbers = served_summary(loader)
+    if dm.batching not in STEP_BLOCKS:  # a step holds a varying number of documents: the order counts blocks
+        numbers["block"] = int(loader.batch_sampler.mixture.block)
+    return numbers
+
+
+def fresh_mixture_order(dm: Any) -> MixtureOrder | None:
+    """A new order equal to the one the module's train loader draws from (its caches its own), for the report's
+    samplers built afresh; None for a module without a mixture."""
+    if getattr(dm, "mixture", None) is None or "train" not in dm.datasets:
+        return None
+    live = dm.train_dataloader().batch_sampler.mixture
+    return MixtureOrder(live.mixture, live.sizes, block=live.block, seed=live.seed, lengths=live.lengths)
 
 
 def columns(numbers: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -82,9 +99,11 @@ def _cell(key: str, value: Any) -> str:
 
 
 def heading(numbers: Mapping[str, Any]) -> str:
-    """One line: what the weights are shares of, and where training stands."""
-    return (f"by {numbers['by']}, at step {numbers['step']} (epoch {numbers['epoch']}); served since the start of "
-            f"training, all ranks")
+    """One line: what the weights are shares of, and where training stands (in training steps, or in blocks of
+    documents where a step holds a varying number of them)."""
+    where = f"at step {numbers['step']}" if "block" not in numbers else \
+        f"after {numbers['step']} blocks of {numbers['block']} documents"
+    return f"by {numbers['by']}, {where} (epoch {numbers['epoch']}); served since the start of training, all ranks"
 
 
 def mixture_lines(numbers: Mapping[str, Any] | None) -> list[str]:

@@ -86,7 +86,12 @@ class TestReport:
     def test_every_loader_and_batching_counts_the_batches_yielded(self, options):
         dm = module(**options)
         batches = take(iter(dm.train_dataloader()), 3)
-        assert served_of(dm.report().numbers["mixture"]) == counted(batches)
+        report = dm.report()
+        assert served_of(report.numbers["mixture"]) == counted(batches)
+        if options.get("batching") == "token_budget":  # a step holds a varying number of documents
+            assert report.numbers["mixture"]["block"] == 64 and " blocks of 64 documents (epoch 0)" in str(report)
+        else:
+            assert "block" not in report.numbers["mixture"]
 
     def test_the_text_the_page_and_the_figure_show_the_numbers(self):
         dm = module()
@@ -121,6 +126,17 @@ class TestReport:
         assert [source["weight"] for source in numbers["sources"].values()] == pytest.approx([0.4, 0.6])
         assert numbers["sources"]["web"]["target_share"] == pytest.approx((0.8 + 0.8 + 0.4 + 0.4) / 4)
         assert served_of(numbers) == counted(batches) and counted(batches)["web"][0] == 8 + 8 + 4 + 4
+
+    @pytest.mark.parametrize("batching", ["plain", "grouped"])
+    def test_the_padding_shares_are_those_of_the_mixture_the_loader_serves(self, batching):
+        real = positions = 0
+        for batch in module(batching=batching).train_dataloader():  # epoch 0, as the report reads it
+            real += int(batch["attention_mask"].sum())
+            positions += batch["attention_mask"].numel()
+        padding = module(batching=batching).report().numbers["padding"]
+        assert padding["chosen"] == pytest.approx(1 - real / positions)
+        if batching == "plain":
+            assert padding["plain"] == pytest.approx(1 - real / positions)
 
     def test_a_module_without_a_mixture_has_no_mixture_section(self):
         dm = UniversalDataModule(sources()["web"], task_spec=SPEC, batch_size=10)
