@@ -138,6 +138,15 @@ class TestReport:
         if batching == "plain":
             assert padding["plain"] == pytest.approx(1 - real / positions)
 
+    def test_by_tokens_the_token_shares_follow_the_weights_and_the_row_shares_do_not(self):
+        dm = module(Mixture({"web": 0.5, "code": 0.5}, by="tokens"))  # web rows are longer: fewer of them
+        batches = take(iter(dm.train_dataloader()), 5)
+        numbers = dm.report().numbers["mixture"]
+        assert numbers["by"] == "tokens" and served_of(numbers) == counted(batches)
+        web = numbers["sources"]["web"]
+        assert abs(web["token_share"] - 0.5) <= 9 / sum(counted(batches)["web"][1:] + counted(batches)["code"][1:])
+        assert web["row_share"] < 0.45
+
     def test_a_module_without_a_mixture_has_no_mixture_section(self):
         dm = UniversalDataModule(sources()["web"], task_spec=SPEC, batch_size=10)
         report = dm.report()
