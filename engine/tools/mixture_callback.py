@@ -69,7 +69,8 @@ class MixtureCallback(lightning.Callback):
         if summary is None:
             return {}
         self.last_logged = mixture_metrics(summary, self.prefix)
-        # float64: token counts pass 2**24 early in training, beyond what the default float32 holds exactly
-        values = {name: torch.tensor(value, dtype=torch.float64) for name, value in self.last_logged.items()}
+        # float64: token counts pass 2**24 early in training, beyond what float32 holds exactly (MPS has no float64)
+        dtype = torch.float32 if getattr(pl_module.device, "type", "cpu") == "mps" else torch.float64
+        values = {name: torch.tensor(value, dtype=dtype) for name, value in self.last_logged.items()}
         pl_module.log_dict(values, on_step=True, on_epoch=False, batch_size=1)
         return self.last_logged

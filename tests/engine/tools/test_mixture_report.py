@@ -233,6 +233,15 @@ class TestCallback:
         assert set(callback.last_logged) == set(expected_metrics(model.seen))
         assert float(fitted.callback_metrics["mixture/code/tokens"]) == counted(model.seen)["code"][1]
 
+    def test_counts_past_float32_reach_the_log_exactly(self, tmp_path, monkeypatch):
+        big = 2**24 + 1  # the first integer float32 cannot hold
+        summary = {"tokens_known": True, "sources": {"web": {"weight": 1.0, "target_share": 1.0, "rows": big,
+                                                              "row_share": 1.0, "tokens": big, "token_share": 1.0}}}
+        monkeypatch.setattr("engine.tools.mixture_callback.served_summary", lambda loader: summary)
+        fitted = trainer(MixtureCallback(), tmp_path, max_steps=1, log_every_n_steps=1)
+        fitted.fit(TinyLM(), datamodule=module())
+        assert float(logged_rows(fitted)[-1]["mixture/web/tokens"]) == big
+
     def test_its_own_interval_and_the_counts_after_a_resume(self, tmp_path):
         first = module()
         before = take(iter(first.train_dataloader()), 3)
