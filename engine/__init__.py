@@ -20,6 +20,7 @@ from engine.sources.ray_tokenize import tokenize_on_ray
 from engine.sources.shard_listing import Shards
 from engine.sources.splits import SplitPlan, plan_splits
 from engine.tools.device import DeviceNormalize, normalize_on_device
+from engine.tools.mixture_callback import MixtureCallback
 from engine.tools.monitor import DataMonitor, DataMonitorCallback
 from engine.tools.report import DataReport
 from engine.tools.skipped import SkippedRowsCallback
@@ -43,6 +44,7 @@ __all__ = [
     "EpochLengthPolicy",
     "LengthGroupedBatchSampler",
     "Mixture",
+    "MixtureCallback",
     "MultiDataLoader",
     "MultiDataLoaderConfig",
     "MultiDataModule",

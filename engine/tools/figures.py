@@ -109,6 +109,28 @@ def label_bars(counts: Mapping[str, Mapping[int, int]], names: Sequence[str] | N
     return figure_html(figure, "labels", "Share of each class in each split (counts in the table).")
 
 
+def mixture_bars(numbers: Mapping[str, Any]) -> str:
+    """Grouped bars per source of a mixture: the share its weights asked for beside its share of the rows served
+    and, where known, of the tokens served (``numbers``: a mixture summary)."""
+    sources = numbers["sources"]
+    figure, axes = _figure((4.6, 2.7))
+    kinds = [("target", "target_share"), ("rows served", "row_share")]
+    if numbers["tokens_known"]:
+        kinds.append(("tokens served", "token_share"))
+    positions = np.arange(len(sources))
+    width = 0.8 / len(kinds)
+    for index, (label, key) in enumerate(kinds):
+        axes.bar(positions + index * width - 0.4 + width / 2, [100 * source[key] for source in sources.values()],
+                 width, label=label, color=COLORS[index])
+    axes.set_xticks(positions, list(sources))
+    axes.set_ylim(0, max(axes.get_ylim()[1], 1.0) * 1.3)  # headroom: the legend sits above the bars
+    axes.legend(fontsize=8, frameon=False, loc="upper center", ncol=len(kinds))
+    where = f"step {numbers['step']}" if "block" not in numbers else f"block {numbers['step']}"
+    _style(axes, f"mixture by {numbers['by']} at {where}", "source", "% share")
+    return figure_html(figure, "mixture", "Each source's target share beside its share of the rows and tokens "
+                                          "served since the start of training.")
+
+
 def class_name(label: int, names: Sequence[str] | None) -> str:
     """``label``'s name where ``names`` has one, else the number."""
     return names[label] if names is not None and 0 <= label < len(names) else str(label)

@@ -3,7 +3,8 @@
 Split sizes; the collator chosen and why (its options behind a ``<details>``); a length histogram per split
 (text and audio); the padding share of plain shuffled batches beside the module's own batching over one epoch;
 rows cut by ``max_length``; the label distribution; sharded data's listing and reader counts (fetches, cache hits,
-retries, bytes, evictions, read-ahead); and the first training batch, decoded. The numbers come
+retries, bytes, evictions, read-ahead); a mixture's target against the rows and tokens served per source
+(:mod:`engine.tools.report_mixture`); and the first training batch, decoded. The numbers come
 from the columns (:mod:`engine.tools.report_numbers`), so a million rows take well under a second; figures are
 inline SVG (:mod:`engine.tools.figures`).
 """
@@ -23,6 +24,7 @@ from engine.sources.adapt import MapSource
 from engine.sources.inputs import token_field
 from engine.tools import report_numbers as measure
 from engine.tools.inline import save_page
+from engine.tools.report_mixture import fresh_mixture_order, mixture_html, mixture_lines, mixture_numbers
 from engine.tools.summary import collator_line, describe_value, summary_rows
 
 SPLITS = ("train", "val", "test", "predict")
@@ -50,6 +52,7 @@ class DataReport:
 
     def __str__(self) -> str:
         lines = [self.title, *(f"  {label}: {value}" for label, value in self.summary)]
+        lines += mixture_lines(self.numbers.get("mixture"))
         for split, stats in self.numbers["lengths"].items():
             lines.append(f"  lengths {split}: " + (", ".join(f"{k}={_fmt(v)}" for k, v in stats.items())))
         padding = self.numbers["padding"]
@@ -73,6 +76,7 @@ class DataReport:
                    f"</details>")
         sample = "".join(f"<li><code>{html.escape(line)}</code></li>" for line in self.sample_lines)
         return (f'<div class="udm-report">{STYLE}<h3>{html.escape(self.title)}</h3><table>{table}</table>{details}'
+                f'{mixture_html(self.numbers.get("mixture"))}'
                 f'<div class="plots">{"".join(self.figures)}</div>'
                 f"<h4>first train batch</h4><ul>{sample}</ul></div>")
 
@@ -149,27 +153,31 @@ def collect(dm: Any) -> tuple[dict[str, Any], dict[str, np.ndarray], Any]:
                 numbers["class_names"] = measure.class_names(source, spec.target_field)
     numbers["shards"] = measure.shard_reads(dm.datasets)
     train = dm.datasets.get("train")
-    chosen = _chosen_batches(dm, train, key) if isinstance(train, MapSource) else None
+    order = fresh_mixture_order(dm)
+    chosen = _chosen_batches(dm, train, key, order) if isinstance(train, MapSource) else None
     if "train" in lengths and chosen is not None and chosen[1]:
-        plain = SeededBatchSampler(len(train), dm.train_config.batch_size, shuffle=True, seed=dm.train_config.seed
-                                   or 0, drop_last=dm.train_config.drop_last, num_replicas=dm.world_size,
-                                   rank=dm.rank, uneven=dm.uneven)
+        plain = SeededBatchSampler(len(train) if order is None else order.size, dm.train_config.batch_size,
+                                   shuffle=True, seed=dm.train_config.seed or 0, drop_last=dm.train_config.drop_last,
+                                   num_replicas=dm.world_size, rank=dm.rank, uneven=dm.uneven, order=order)
         numbers["padding"] = {"plain": measure.plain_padding_share(plain, lengths["train"], collator),
                               "chosen": measure.padding_share(chosen[1], lengths["train"], collator),
                               "batching": dm.batching}
         if dm.batching == "plain":
-            numbers["padding"].update(_grouped_advice(dm, train, key, lengths["train"], numbers["padding"]["plain"]))
+            numbers["padding"].update(_grouped_advice(dm, train, key, lengths["train"], numbers["padding"]["plain"],
+                                                      order))
+    numbers["mixture"] = mixture_numbers(dm)
     batch = dm.first_batch() if train is not None else None
     numbers["sample_batch"] = _shapes(batch)
     return numbers, lengths, batch
 
 
-def _chosen_batches(dm: Any, train: MapSource, key: str | None) -> tuple[int, list[list[int]]]:
-    """(seed, epoch 0's batches) of the module's own training sampler, built afresh (the loader is untouched)."""
+def _chosen_batches(dm: Any, train: MapSource, key: str | None, order: Any = None) -> tuple[int, list[list[int]]]:
+    """(seed, epoch 0's batches) of the module's own training sampler (drawing from its mixture's ``order``, if
+    any), built afresh (the loader is untouched)."""
     config = dm.train_config
     sampler = batch_sampler_for(train, batching=dm.batching, batch_size=config.batch_size, max_tokens=dm.max_tokens,
                                 key=key, seed=config.seed, shuffle=config.shuffle, drop_last=config.drop_last,
-                                num_replicas=dm.world_size, rank=dm.rank, uneven=dm.uneven)
+                                num_replicas=dm.world_size, rank=dm.rank, uneven=dm.uneven, order=order)
     return sampler.seed, sampler.epoch_batches(0)
 
 
@@ -178,8 +186,8 @@ GROUPED_CUTS = 0.25
 at least 5 points)."""
 
 
-def _grouped_advice(dm: Any, train: MapSource, key: str | None, lengths: np.ndarray, plain: float | None
-                    ) -> dict[str, Any]:
+def _grouped_advice(dm: Any, train: MapSource, key: str | None, lengths: np.ndarray, plain: float | None,
+                    order: Any = None) -> dict[str, Any]:
     """``{grouped, advice}``: the padding share grouped batching would give this module, and a sentence when it
     would cut padding markedly; {} where grouping does not apply."""
     if plain is None or not plain:
@@ -187,7 +195,7 @@ def _grouped_advice(dm: Any, train: MapSource, key: str | None, lengths: np.ndar
     config = dm.train_config
     grouped_sampler = batch_sampler_for(train, batching="grouped", batch_size=config.batch_size, key=key,
                                         seed=config.seed or 0, drop_last=config.drop_last,
-                                        num_replicas=dm.world_size, rank=dm.rank, uneven=dm.uneven)
+                                        num_replicas=dm.world_size, rank=dm.rank, uneven=dm.uneven, order=order)
     grouped = measure.padding_share(grouped_sampler.epoch_batches(0), lengths, dm.collator)
     if grouped is None:
         return {}
@@ -238,6 +246,8 @@ def build_report(dm: Any) -> DataReport:
                                            f"{padding['batching']} (this module)": padding["chosen"]}))
     if numbers["labels"]:
         plots.append(figures.label_bars(numbers["labels"], numbers["class_names"]))
+    if numbers["mixture"]:
+        plots.append(figures.mixture_bars(numbers["mixture"]))
     lines, images = sample_lines(batch, dm.tokenizer, SHOWN_ROWS,
                                  seq2seq=spec is not None and spec.task_type == "seq2seq",
                                  image_key=_image_key(spec, batch), label_key=_label_key(spec, batch),

@@ -33,6 +33,9 @@ def summary_rows(dm: Any, *, shapes: bool = True) -> list[tuple[str, str]]:
     else:
         sizes = ", ".join(f"{role}={len(source)}" for role, source in dm._given.items())
         rows.append(("data", f"{sizes} (splits after setup(); val_split={dm.val_split!r})"))
+    mixture = getattr(dm, "mixture", None)
+    if mixture is not None:
+        rows.append(("mixture", mixture_line(mixture)))
     collator = collator_line(dm)
     rows.append(("collator", f"{collator['class']} from {collator['name']!r}: {collator['reason']}"))
     if getattr(dm.collator, "pad_source", None) == "eos":
@@ -61,6 +64,20 @@ def summary_rows(dm: Any, *, shapes: bool = True) -> list[tuple[str, str]]:
             if shown:
                 rows.append(("batch", ", ".join(f"{key}: {shape}" for key, shape in shown.items())))
     return rows
+
+
+def mixture_line(mixture: Any) -> str:
+    """A module's mixture in one line: the names and weights of its sources (at step 0), what the weights are
+    shares of, and its schedule and exhaust policies where they are not the defaults."""
+    line = ", ".join(f"{name}={weight:.3g}" for name, weight in mixture.weights.items()) + f" (by {mixture.by}"
+    if mixture.points:
+        line += f"; schedule: {len(mixture.points)} change{'s' * (len(mixture.points) > 1)} up to step " \
+                f"{mixture.points[-1][0]}"
+    if any(policy != "cycle" for policy in mixture.exhaust.values()):
+        line += "; exhaust: " + ", ".join(f"{name}={policy}" for name, policy in mixture.exhaust.items())
+    if mixture.samples_per_epoch is not None:
+        line += f"; samples_per_epoch={mixture.samples_per_epoch}"
+    return line + ")"
 
 
 def batch_shapes(dm: Any) -> dict[str, str]:

@@ -76,7 +76,7 @@ class TestDictOfColumns:
         named = {"first": TensorDataset(IDS, LABELS), "second": TensorDataset(IDS, LABELS)}
         dm = MultiDataModule(named, task_spec=SPEC, batch_size=4)
         assert sorted(dm.children) == ["first", "second"]
-        with pytest.raises(TypeError, match=r"holds several named datasets \['first', 'second'\]; use MultiDataModule"):
+        with pytest.raises(TypeError, match=r"named datasets \['first', 'second'\]; pass mix=.*use MultiDataModule"):
             UniversalDataModule(named, task_spec=SPEC, batch_size=4)
 
 
@@ -111,7 +111,7 @@ class TestHowADictIsRead:
         named = {"wiki": list(IDS), "code": list(IDS)}
         assert sorted(MultiDataModule(named, task_spec=SPEC.replace(task_type="causal_lm", loss_type="cross_entropy"),
                                       batch_size=4).children) == ["code", "wiki"]
-        with pytest.raises(TypeError, match=r"holds several named datasets \['code', 'wiki'\]; use MultiDataModule"):
+        with pytest.raises(TypeError, match=r"named datasets \['code', 'wiki'\]; pass mix=.*use MultiDataModule"):
             UniversalDataModule(named)
 
     def test_an_ambiguous_dict_is_refused_naming_both_readings(self):
