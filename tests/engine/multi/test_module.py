@@ -190,7 +190,7 @@ class TestComposition:
         with pytest.raises(TypeError, match=r"MultiDataModule takes train_data=\{name: data\}, but got list"):
             MultiDataModule(tokens(), task_spec=LM)
         with pytest.raises(TypeError, match=r"train_data=\{name: data\} holds several named datasets \['img', 'lm'\]; "
-                                            r"use MultiDataModule\(train_data, \.\.\.\)"):
+                                            r"pass mix=.* use MultiDataModule\(train_data, \.\.\.\)"):
             UniversalDataModule({"lm": tokens(), "img": Images(16)}, task_spec=LM)
         assert not hasattr(UniversalDataModule(tokens(), task_spec=LM), "children")
 
