@@ -9,31 +9,34 @@ from engine.sources.adapt import HFSource, TensorListSource
 from engine.sources.lengths import lengths_of
 from engine.sources.mixed import MixedSource
 
+MEGA_BATCH_FACTOR = 50
+"""Steps per run that grouped batching sorts by length (the sampler's default, which the module uses)."""
 DOCUMENT_BLOCK = 64
 """Documents per block of the mixture under token budgets and packing, whose steps hold varying row counts."""
 
 
-def check_mixture_batching(mixture: Mixture, batching: str) -> None:
+def check_mixture_batching(mixture: Mixture, batching: str, mega_batch_factor: int = MEGA_BATCH_FACTOR) -> None:
     """Refuse, at construction, a schedule that a batching mode cannot follow step by step: under token budgets and
-    packing a step holds a varying number of documents, so no document position is the start of a given step."""
+    packing a step holds a varying number of documents, so no document position is the start of a given step;
+    grouped batching sorts rows by length within runs of ``mega_batch_factor`` steps, so a change must start one."""
     if mixture.points and batching in ("token_budget", "packed"):
         raise ValueError(f"a Mixture schedule changes weights at training steps, but batching={batching!r} puts a "
                          f"varying number of documents in each step, so the switch could not fall on its step; use "
                          f"batching='plain' or 'grouped' with a schedule, or constant weights with {batching!r}")
-
-
-def mixture_order(mixture: Mixture, source: MixedSource, *, batching: str, key: str | None, global_batch: int,
-                  seed: int, mega_batch_factor: int = 50) -> MixtureOrder:
-    """The order of ``mixture`` over the train split's sources: blocks of one global batch (one step) under plain
-    and grouped batching, of :data:`DOCUMENT_BLOCK` documents otherwise. Under grouped batching, rows are sorted
-    within runs of ``mega_batch_factor`` steps, so a schedule's changes must fall at the start of such a run."""
     if batching == "grouped":
         for step in mixture.change_steps():
             if step % mega_batch_factor:
                 low = step - step % mega_batch_factor
+                where = f"{low} or {low + mega_batch_factor}" if low else f"{mega_batch_factor}"
                 raise ValueError(f"batching='grouped' sorts rows by length within runs of {mega_batch_factor} steps, "
                                  f"so a Mixture schedule's change at step {step} would reach steps before it; put "
-                                 f"it at step {low or mega_batch_factor} or {low + mega_batch_factor}")
+                                 f"it at step {where}")
+
+
+def mixture_order(mixture: Mixture, source: MixedSource, *, batching: str, key: str | None, global_batch: int,
+                  seed: int) -> MixtureOrder:
+    """The order of ``mixture`` over the train split's sources: blocks of one global batch (one step) under plain
+    and grouped batching, of :data:`DOCUMENT_BLOCK` documents otherwise."""
     lengths = None
     if key is not None and (mixture.by == "tokens" or batching != "plain" or _has_lengths(source, key)):
         lengths = [lengths_of(part, key) for part in source.sources]

@@ -213,7 +213,11 @@ class EpochBatchSampler(Sampler[list[int]]):
         """Continue from ``state``: the next iteration resumes its epoch at the saved position (saved on another
         number of ranks: with the rows of the epoch not served yet, dealt to this sampler's ranks), read against
         the epoch a caller pinned (:meth:`PassState.loaded <engine.sampling.position.PassState.loaded>`)."""
+        changed = self.mixture is not None and not self.mixture.check_saved(state.get("mixture"))
         saved = self.check_state(state)
+        if changed:  # another mixture's checkpoint: this one's epochs start at the loaded epoch, at the saved step
+            self.mixture.start_at(saved.epoch, state.get("mixture"))
+            self._cache = None
         self._pass = self._pass.loaded(saved, len(self._batches(saved.epoch, saved.served)))
         if self.mixture is not None:
             self.mixture.restore(self, state.get("mixture"))

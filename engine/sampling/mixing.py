@@ -52,15 +52,16 @@ class EpochPlan:
 
 
 class _Draws:
-    """One source's draws in one epoch: its rows pass after pass, each pass a seeded permutation."""
+    """One source's draws in one epoch: its rows pass after pass, each pass a seeded permutation (read ahead in
+    growing steps, with the running token count of the draws when lengths are known)."""
 
     def __init__(self, seed: int, name: str, size: int, start: int, fresh_epoch: int | None,
                  lengths: np.ndarray | None, within: BlockOrder | None = None) -> None:
         self.seed, self.name, self.size, self.start = seed, name, size, start
         self.fresh_epoch, self.lengths, self.within = fresh_epoch, lengths, within
         self.taken = 0
-        self._chunks: list[np.ndarray] = []
-        self._buffered = 0
+        self._rows = np.zeros(0, dtype=np.int64)
+        self._running = np.zeros(1, dtype=np.int64)  # tokens of the first k draws, k = 0, 1, ...
 
     def _permutation(self, number: int) -> np.ndarray:
         key = ("epoch", self.fresh_epoch, number) if self.fresh_epoch is not None else ("pass", number)
@@ -69,24 +70,44 @@ class _Draws:
             return self.within.permutation(seed)
         return np.random.default_rng(seed).permutation(self.size)
 
+    def _ensure(self, count: int) -> None:
+        """Draws up to ``count`` at hand, read ahead to at least twice what was at hand (the cost stays linear)."""
+        have = len(self._rows)
+        if have >= count:
+            return
+        chunks, want = [], max(count, 2 * have, 1024)
+        while have < want:
+            number, within = divmod(self.start + have, self.size)
+            chunks.append(self._permutation(number)[within:])
+            have += len(chunks[-1])
+        added = np.concatenate(chunks).astype(np.int64, copy=False)
+        self._rows = np.concatenate([self._rows, added])
+        if self.lengths is not None:
+            self._running = np.concatenate([self._running, self._running[-1] + np.cumsum(self.lengths[added])])
+
     def rows(self, count: int) -> np.ndarray:
         """The first ``count`` draws of the epoch, as row indices of the source."""
-        while self._buffered < count:
-            number, within = divmod(self.start + self._buffered, self.size)
-            chunk = self._permutation(number)[within:]
-            self._chunks.append(chunk)
-            self._buffered += len(chunk)
-        if len(self._chunks) > 1:
-            self._chunks = [np.concatenate(self._chunks)]
-        return self._chunks[0][:count] if self._chunks else np.zeros(0, dtype=np.int64)
+        self._ensure(count)
+        return self._rows[:count]
 
     def take(self, count: int) -> int:
         """Take the next ``count`` draws; their tokens (0 without lengths)."""
         tokens = 0
-        if count > 0 and self.lengths is not None:
-            tokens = int(self.lengths[self.rows(self.taken + count)[self.taken:]].sum())
-        self.taken += max(count, 0)
+        if count and self.lengths is not None:
+            self._ensure(self.taken + count)
+            tokens = int(self._running[self.taken + count]) - int(self._running[self.taken])
+        self.taken += count
         return tokens
+
+    def take_blocks(self, counts: np.ndarray) -> np.ndarray:
+        """Take the next draws, ``counts[k]`` for block ``k``; the tokens of each block (0 without lengths)."""
+        total = int(counts.sum())
+        sums = np.zeros(len(counts), dtype=np.int64)
+        if total and self.lengths is not None:
+            self._ensure(self.taken + total)
+            sums = np.diff(self._running[self.taken + np.r_[0, np.cumsum(counts)]])
+        self.taken += total
+        return sums
 
 
 class MixtureOrder:
@@ -123,12 +144,23 @@ class MixtureOrder:
         self._plans: dict[int, EpochPlan] = {}
         self._orders: dict[int, np.ndarray] = {}
         self.meter = ServedMeter(self)
+        self._origin = (0, 0)
+        """(epoch, step) this mixture's epochs start from: (0, 0), or where a checkpoint of another mixture
+        handed over (``on_change='new_epoch'``)."""
+        self._expected_before = np.zeros(len(self.sizes))
+        """Rows counted as on target before the origin: what another mixture served."""
 
     def saved(self, sampler: Any) -> dict[str, Any]:
         """What a sampler's state holds of the mixture: its declaration and the rows and tokens served so far."""
         served = self.meter.served(sampler)
-        return {"declared": self.mixture.describe(), "names": list(self.mixture.names),
+        return {"declared": self.mixture.describe(), "names": list(self.mixture.names), "step": self.step(sampler),
                 "served": {name: [int(served[0, s]), int(served[1, s])] for s, name in enumerate(self.mixture.names)}}
+
+    def step(self, sampler: Any) -> int:
+        """The training step at the sampler's position, counted in blocks (exact under plain and grouped
+        batching) from the start of training."""
+        plan = self.plan(sampler._pass.epoch)
+        return int(plan.start_step + min(sampler._pass.position, len(plan.counts)))
 
     def check_saved(self, saved: Any) -> bool:
         """Whether a state's mixture (:meth:`saved`) is this one; a different one is refused naming what changed,
@@ -158,8 +190,7 @@ class MixtureOrder:
         asked for over the steps served. Steps are counted in blocks: exact under plain and grouped batching."""
         served = self.meter.served(sampler)
         state = sampler._pass
-        plan = self.plan(state.epoch)
-        step = plan.start_step + min(state.position, len(plan.counts))
+        step = self.step(sampler)
         rows, tokens = served[0], served[1]
         expected = self._expected_rows(state.epoch, state.position)
         total_expected = expected.sum()
@@ -174,28 +205,45 @@ class MixtureOrder:
 
     def _expected_rows(self, epoch: int, position: int) -> np.ndarray:
         """Rows (or, by tokens, token shares times rows) the weights asked for up to ``position`` of ``epoch``."""
-        expected = np.zeros(len(self.sizes))
-        for number in range(epoch + 1):
+        expected = self._expected_before.copy()
+        for number in range(self._origin[0] if epoch >= self._origin[0] else 0, epoch + 1):
             plan = self.plan(number)
             blocks = len(plan.counts) if number < epoch else min(position, len(plan.counts))
             expected += (plan.weights[:blocks] * plan.counts[:blocks].sum(axis=1, keepdims=True)).sum(axis=0)
         return expected
 
-    def _check_served(self, served: Any) -> None:
-        names = list(self.mixture.names)
+    def _check_served(self, served: Any, names: list[str] | None = None) -> None:
+        names = list(self.mixture.names) if names is None else names
         if not isinstance(served, dict) or list(served) != names or any(
                 not isinstance(pair, (list, tuple)) or len(pair) != 2 or any(
                     isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in pair) for pair in served.values()):
             raise ValueError(f"sampler state's mixture 'served' should map each source {names} to [rows, tokens] "
                              f"(integers >= 0), but got {served!r}; the state was not saved by this engine")
 
-    def restore(self, sampler: Any, saved: dict[str, Any] | None) -> None:
-        """Count served rows on from a loaded state's totals (kept from before a changed mixture too, by name)."""
+    def _served_of(self, saved: dict[str, Any] | None) -> np.ndarray:
+        """``[rows, tokens] x sources`` of a state's served counts, by name (0 for a source it did not have)."""
         served = np.zeros((2, len(self.mixture.names)), dtype=np.int64)
         if saved is not None:
+            self._check_served(saved["served"], names=list(saved["served"]) if isinstance(saved["served"], dict)
+                               else None)
             for s, name in enumerate(self.mixture.names):
                 served[:, s] = saved["served"].get(name, [0, 0])
-        self.meter.rebase(sampler, served)
+        return served
+
+    def restore(self, sampler: Any, saved: dict[str, Any] | None) -> None:
+        """Count served rows on from a loaded state's totals (kept from before a changed mixture too, by name)."""
+        self.meter.rebase(sampler, self._served_of(saved))
+
+    def start_at(self, epoch: int, saved: dict[str, Any] | None) -> None:
+        """Take over from another mixture's checkpoint: this one's epochs start at ``epoch``, at the saved step (so
+        a schedule counts the run's steps), and what the other served counts as on target."""
+        step = saved.get("step", 0) if isinstance(saved, dict) else 0
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"sampler state's mixture step should be an integer >= 0, but got {step!r}; the state "
+                             f"was not saved by this engine")
+        self._origin = (epoch, step)
+        self._plans, self._orders = {}, {}
+        self._expected_before = self._served_of(saved)[0].astype(np.float64)
 
     @property
     def size(self) -> int:
@@ -217,14 +265,23 @@ class MixtureOrder:
         if epoch not in self._orders:
             plan = self.plan(epoch)
             blocks, sources = plan.counts.shape
-            labels = np.repeat(np.tile(np.arange(sources), blocks), plan.counts.ravel())
-            block_of = np.repeat(np.arange(blocks), plan.counts.sum(axis=1))
+            labels = np.repeat(np.tile(np.arange(sources, dtype=np.int32), blocks), plan.counts.ravel())
             rng = np.random.default_rng(derive_seed(self.seed, "mixture-blocks", epoch))
-            labels = labels[np.lexsort((rng.random(len(labels)), block_of))]
+            sizes = plan.counts.sum(axis=1)
+            full = int(np.argmax(sizes != self.block)) if (sizes != self.block).any() else blocks
+            cut = full * self.block  # full blocks shuffled as one [blocks, block] array, the short ones alone
+            if full:
+                labels[:cut] = rng.permuted(labels[:cut].reshape(full, self.block), axis=1).reshape(-1)
+            start = cut
+            for size in sizes[full:].tolist():
+                labels[start:start + size] = rng.permutation(labels[start:start + size])
+                start += size
             order = np.empty(len(labels), dtype=np.int64)
+            where = np.argsort(labels, kind="stable")  # each source's positions, in order
+            bounds = np.r_[0, np.cumsum(np.bincount(labels, minlength=sources))]
             for index, draws in enumerate(self._new_draws(epoch, plan.starts)):
-                where = labels == index
-                order[where] = draws.rows(int(where.sum())) + self.offsets[index]
+                places = where[bounds[index]:bounds[index + 1]]
+                order[places] = draws.rows(len(places)) + self.offsets[index]
             self._orders = {epoch: order}  # one epoch at a time: the sampler asks for the epoch it serves
         return self._orders[epoch]
 
@@ -234,10 +291,11 @@ class MixtureOrder:
 
     def plan(self, epoch: int) -> EpochPlan:
         """The counts of ``epoch`` (and of every epoch before it: each starts where the last ended)."""
-        first = max((known for known in self._plans if known <= epoch), default=-1)
+        origin_epoch, origin_step = self._origin if epoch >= self._origin[0] else (0, 0)
+        first = max((known for known in self._plans if origin_epoch <= known <= epoch), default=origin_epoch - 1)
         for number in range(first + 1, epoch + 1):
-            start_step, starts = 0, (0,) * len(self.sizes)
-            if number > 0:
+            start_step, starts = (origin_step, (0,) * len(self.sizes)) if number == origin_epoch else (0, ())
+            if number > origin_epoch:
                 before = self._plans[number - 1]
                 start_step = before.start_step + len(before.counts)
                 totals = before.counts.sum(axis=0)
@@ -262,7 +320,7 @@ class MixtureOrder:
         draws = self._new_draws(epoch, starts)
         by_tokens = mixture.by == "tokens"
         targets, served, token_served = [0.0] * sources, [0] * sources, [0] * sources
-        counts, tokens, used, total, step = [], [], [], 0, start_step
+        counts, tokens, used, total, step = [], [], [], 0, start_step  # chunks of [blocks, sources]
         cached_step, weights = None, None
         last_change = mixture.points[-1][0] if mixture.points else 0
         while True:
@@ -279,6 +337,18 @@ class MixtureOrder:
                                  f"({stopping}) have weight 0 and the others cycle; give samples_per_epoch=..., or "
                                  f"a stopping source a weight")
             room = [math.inf if cap is None else cap - taken for cap, taken in zip(caps, served)]
+            stretch = None if by_tokens else self._stretch(weights, targets, served, room, step, limit, total)
+            if stretch is not None:  # blocks at constant weights, in one vectorized step
+                targets = [target + weight * self.block * len(stretch) for target, weight in zip(targets, weights)]
+                chunk_tokens = np.stack([one.take_blocks(stretch[:, s]) for s, one in enumerate(draws)], axis=1)
+                counts.append(stretch)
+                used.append(np.tile(weights, (len(stretch), 1)))
+                tokens.append(chunk_tokens)
+                served = [count + int(taken) for count, taken in zip(served, stretch.sum(axis=0))]
+                token_served = [count + int(taken) for count, taken in zip(token_served, chunk_tokens.sum(axis=0))]
+                total += int(stretch.sum())
+                step += len(stretch)
+                continue
             if by_tokens:
                 want = self._token_wants(weights, token_served, size)
             else:
@@ -287,25 +357,98 @@ class MixtureOrder:
             block = _apportion(want, weights, size, room)
             if not any(block):
                 break
-            counts.append(block)
-            used.append(weights)
-            tokens.append([one.take(count) for one, count in zip(draws, block)])
+            block_tokens = [one.take(count) for one, count in zip(draws, block)]
+            counts.append([block])  # one block as nested lists, joined with the stretches' arrays below
+            used.append([weights])
+            tokens.append([block_tokens])
             served = [count + taken for count, taken in zip(served, block)]
-            token_served = [count + taken for count, taken in zip(token_served, tokens[-1])]
+            token_served = [count + taken for count, taken in zip(token_served, block_tokens)]
             total += sum(block)
             step += 1
             if sum(block) < size or any(r != math.inf and taken >= r for r, taken in zip(room, block)):
                 break  # a source ran out (its last rows are in this block), or every source did
-        shape = (len(counts), sources)
-        return EpochPlan(epoch, start_step, np.asarray(counts, dtype=np.int64).reshape(shape),
-                         np.asarray(tokens, dtype=np.int64).reshape(shape) if self.lengths is not None else None,
-                         starts, np.asarray(used, dtype=np.float64).reshape(shape))
+        return EpochPlan(epoch, start_step, _joined(counts, sources, np.int64),
+                         _joined(tokens, sources, np.int64) if self.lengths is not None else None,
+                         starts, _joined(used, sources, np.float64))
+
+    def _stretch(self, weights: list[float], targets: list[float], served: list[int], room: list[float],
+                 step: int, limit: int | None, total: int) -> np.ndarray | None:
+        """The counts of the full blocks from ``step`` on while the weights hold and no source runs out, computed
+        at once: each block's running counts are the largest-remainder apportionment of the running targets, which
+        is what the block-by-block rule gives while every source's target grows by at least a row a block. None
+        when that does not hold (a source below a row a block, a ramp, a source about to run out)."""
+        block = self.block
+        if any(weight * block < 1 for weight in weights):
+            return None
+        until = self.mixture.constant_until(step)
+        if until is None:
+            return None
+        blocks = (limit - total) // block if limit is not None else math.inf
+        blocks = min(blocks, until - step)
+        for weight, left in zip(weights, room):
+            if left != math.inf:
+                blocks = min(blocks, int(left // (weight * block)) + 1)
+        if blocks == math.inf or blocks < 2:
+            return None
+        w = np.asarray(weights)
+        steps = np.arange(1, int(blocks) + 1)
+        running = np.asarray(targets)[None, :] + (steps * block)[:, None] * w[None, :]
+        whole = np.floor(running)
+        left_over = (sum(served) + steps * block) - whole.sum(axis=1).astype(np.int64)
+        ranks = np.empty_like(whole, dtype=np.int64)
+        ranks[np.arange(len(steps))[:, None], np.argsort(-(running - whole), axis=1, kind="stable")] = \
+            np.arange(len(w))[None, :]
+        cumulative = whole.astype(np.int64) + (ranks < left_over[:, None])
+        counts = np.diff(np.vstack([np.asarray(served, dtype=np.int64)[None, :], cumulative]), axis=0)
+        if (counts < 0).any():
+            return None
+        drawn = np.cumsum(counts, axis=0)
+        within = np.ones(len(counts), dtype=bool)
+        for s, left in enumerate(room):
+            if left != math.inf:
+                within &= drawn[:, s] < left  # the block that takes a source's last rows is left to the loop
+        keep = int(np.argmin(within)) if not within.all() else len(counts)
+        return counts[:keep] if keep >= 1 else None
 
     def _token_wants(self, weights: list[float], served: list[int], size: int) -> list[float]:
         """Rows of each source that bring its token count to its share after a block of ``size`` rows."""
         per_row = 1.0 / sum(weight / mean for weight, mean in zip(weights, self.means))  # tokens a mixed row
         total = sum(served) + size * per_row
         return [(weight * total - count) / mean for weight, count, mean in zip(weights, served, self.means)]
+
+
+def _rows_and_steps(per_rank: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """Every rank's batches as one array of rows and the step of each row: straight from the rows array of the
+    plain sampler's batches (no Python list per batch), else batch by batch."""
+    rows, steps = [], []
+    for batches in per_rank:
+        if isinstance(getattr(batches, "rows", None), np.ndarray) and len(batches):
+            count = min(len(batches) * batches.size, len(batches.rows))
+            rows.append(batches.rows[:count].astype(np.int64))
+            steps.append(np.arange(count, dtype=np.int64) // batches.size)
+            continue
+        for step, batch in enumerate(batches):
+            rows.append(np.asarray(batch, dtype=np.int64))
+            steps.append(np.full(len(batch), step, dtype=np.int64))
+    empty = np.zeros(0, dtype=np.int64)
+    return np.concatenate(rows or [empty]), np.concatenate(steps or [empty])
+
+
+def _joined(chunks: list[Any], sources: int, dtype: type) -> np.ndarray:
+    """``[blocks, sources]`` from chunks that are arrays (stretches) or lists of one block's values, in order;
+    runs of single blocks are joined as lists first (one array for many blocks, not one each)."""
+    parts, run = [], []
+    for chunk in chunks:
+        if isinstance(chunk, np.ndarray):
+            if run:
+                parts.append(np.asarray(run, dtype=dtype).reshape(-1, sources))
+                run = []
+            parts.append(chunk.astype(dtype, copy=False))
+        else:
+            run.extend(chunk)
+    if run:
+        parts.append(np.asarray(run, dtype=dtype).reshape(-1, sources))
+    return np.concatenate(parts) if parts else np.zeros((0, sources), dtype=dtype)
 
 
 def _apportion(want: list[float], weights: list[float], size: int, room: list[float]) -> list[int]:
@@ -383,10 +526,7 @@ class ServedMeter:
             per_rank = [sampler.batches_of(order, epoch, sampler.num_replicas, rank, total // sampler.num_replicas)
                         for rank in range(sampler.num_replicas)]
             steps = max((len(batches) for batches in per_rank), default=0)
-            rows = [np.asarray(row, dtype=np.int64) for batches in per_rank for row in batches]
-            step_of = np.concatenate([np.full(len(row), step, dtype=np.int64) for batches in per_rank
-                                      for step, row in enumerate(batches)] or [np.zeros(0, dtype=np.int64)])
-            flat = np.concatenate(rows or [np.zeros(0, dtype=np.int64)])
+            flat, step_of = _rows_and_steps(per_rank)
             per_step = self._tally(flat, step_of, steps)
             kept = list(self._running.items())[-2:]  # the base epoch's and the current one's, and one more
             self._running = {**dict(kept), key: np.concatenate([before[None], before + np.cumsum(per_step, axis=0)])}

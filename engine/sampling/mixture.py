@@ -130,6 +130,16 @@ class Mixture:
             return before
         return before
 
+    def constant_until(self, step: int) -> float | None:
+        """The first step after ``step`` at which the weights may change (``inf``: never), if they hold from
+        ``step`` until then; None when ``step`` is inside a linear ramp (they change at every step)."""
+        before = 0
+        for point_step, _, ramp in self.points:
+            if step < point_step:
+                return None if ramp == "linear" and step >= before else point_step
+            before = point_step
+        return math.inf
+
     def change_steps(self) -> tuple[int, ...]:
         """Steps at which the weights start to change: each point's step, and each ramp's start."""
         steps, before = set(), 0

@@ -182,6 +182,7 @@ def test_a_new_source_joins_from_the_next_epoch_keeping_the_served_counts():
     assert {tag for tag, _ in batch} == {1, 2, 3} and loader.batch_sampler.epoch == 1
     summary = loader.batch_sampler.mixture.summary(loader.batch_sampler)
     assert summary["sources"]["web"]["rows"] == 21 + 5 and summary["sources"]["books"]["rows"] == 2
+    assert summary["step"] == 4  # the run's steps go on: 3 before the change, and this one
 
 
 def test_val_split_cuts_every_source():
@@ -209,10 +210,10 @@ def test_a_mixture_that_cannot_work_is_refused_at_construction(call, error, matc
         call()
 
 
-def test_a_grouped_schedule_must_change_at_the_start_of_a_sorted_run():
-    dm = module(Mixture({"web": 1, "code": 1}, schedule=[(30, {"web": 0, "code": 1})]), batching="grouped")
-    with pytest.raises(ValueError, match="put it at step 50"):
-        dm.train_dataloader()
+@pytest.mark.parametrize(("step", "fix"), [(30, "put it at step 50$"), (130, "put it at step 100 or 150$")])
+def test_a_grouped_schedule_must_change_at_the_start_of_a_sorted_run(step, fix):
+    with pytest.raises(ValueError, match=fix):
+        module(Mixture({"web": 1, "code": 1}, schedule=[(step, {"web": 0, "code": 1})]), batching="grouped")
 
 
 def test_token_weights_follow_the_token_shares():
