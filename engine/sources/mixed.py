@@ -74,9 +74,12 @@ class MixedSource(ColumnarSource):
                 columns = self._merged_columns(which, within)
             except Exception:  # noqa: BLE001 - the rows path names the failing row, or leaves it out
                 return self._rows(indices)
+            users = np.zeros(len(which), dtype=np.int64)
+            for number in np.unique(which).tolist():
+                places = which == number
+                users[places] = self.sources[number].user_indices(within[places])
             batch = ColumnBatch(columns, len(which), rng_seed=getattr(indices, "rng_seed", None), role=self.role,
-                                indices=[user for number, row in zip(which.tolist(), within.tolist())
-                                         for user in self.sources[number].user_indices([row])])
+                                indices=users.tolist())
             batch.sources = [self.names[number] for number in which.tolist()]
             return batch
         return self._rows(indices)
