@@ -285,11 +285,14 @@ class RowGroupReader:
                                f"now {version!r}); its rows would not be the rows listed: restore the shard, or build "
                                f"the data module again to list the corpus anew (a saved state of the old corpus will "
                                f"then be refused)")
-        with self.system.open(path, "rb") as handle:
-            if self.listing.kinds[shard] == "parquet":
+        if self.listing.kinds[shard] == "parquet":
+            # no read-ahead cache: pyarrow asks for the row group's byte ranges (pre-buffered, coalesced), and
+            # fsspec's default cache would read on from there to a block's end (50 MiB for s3fs: most of the shard)
+            with self.system.open(path, "rb", cache_type="none") as handle:
                 # decoded in this thread: its buffers are in this thread's heap of the pool, which _cache releases
                 return pq.ParquetFile(handle).read_row_group(index, columns=None if column is None else [column],
                                                              use_threads=False)
+        with self.system.open(path, "rb") as handle:
             reader = open_ipc(handle)
             if isinstance(reader, pa.ipc.RecordBatchFileReader):
                 return pa.Table.from_batches([reader.get_batch(index)])

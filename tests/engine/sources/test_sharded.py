@@ -334,3 +334,11 @@ def test_an_empty_token_row_is_refused_when_its_batch_is_read(tmp_path):
     with pytest.raises(ValueError, match=r"'input_ids' should hold at least one token in every row, but row 1 of "
                                          r"the train data holds 0 tokens"):
         next(iter(dm.train_dataloader()))
+
+
+def test_building_the_module_reads_no_row(corpus, tmp_path):
+    """The construction checks read the columns from the schema: a row would fetch its whole row group into the
+    cache before the loader exists, in the parent, on the way to the first batch."""
+    folder, _ = corpus
+    module(shards(folder, tmp_path))
+    assert not list((tmp_path / "cache").glob("*.arrow"))
