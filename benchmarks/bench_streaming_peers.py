@@ -564,7 +564,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--early", type=int, default=5, help="batch after which the early state is saved")
     p.add_argument("--budget", type=float, default=20.0, help="seconds at most of steady phase per peer")
     p.add_argument("--peer-timeout", type=float, default=180.0)
-    p.add_argument("--peers", default=",".join(PEERS))
+    p.add_argument("--peers", default=",".join(PEERS), help="peers to run beside ours; '' for ours alone (the "
+                   "project's .venv, which has moto, can then run the whole bench: --ours-python <its python>)")
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--ours-python", default=str(ROOT / ".venv" / "bin" / "python"),
                    help="interpreter of the project's venv, for ours() (engine.Shards)")
@@ -596,7 +597,8 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         _, _, tokens = make_corpus(args.rows, args.seed, work)
         layout = {"hf": "parquet", "litdata": "litdata", "mosaic": "mds"}  # each peer's layout (only those run)
-        wanted = {layout[p] for p in args.peers.split(",")}
+        peers = [peer for peer in args.peers.split(",") if peer]
+        wanted = {layout[p] for p in peers} | {"parquet"}  # ours reads the Parquet shards
         roots = {name: work / name for name in ("parquet", "litdata", "mds") if name in wanted}
         writers = {"parquet": write_parquet, "litdata": write_litdata, "mds": write_mds}
         side = None
@@ -621,7 +623,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"uploaded {uploaded / 2**20:.0f} MiB in {time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
         setup_s = time.perf_counter() - t0
         results = []
-        for peer in args.peers.split(","):
+        for peer in peers:
             results.append(run_subprocess(peer, endpoint, tokens, args))
         results.append(run_subprocess("ours", endpoint, tokens, args, python=args.ours_python))
     finally:

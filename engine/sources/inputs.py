@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from engine.sources.adapt import HFSource, MapSource, TensorListSource
+from engine.sources.sharded import ShardedSource
 from task_spec import TaskSpec
 
 
@@ -25,7 +26,7 @@ def token_field(spec: TaskSpec) -> str:
 
 def row_keys(source: MapSource) -> list[str] | None:
     """Column names of ``source``, or the keys of its first row; None when rows are not mappings."""
-    if isinstance(source, HFSource):
+    if isinstance(source, (HFSource, ShardedSource)):  # from the schema: a shard's row costs a row group's fetch
         return source.column_names
     if isinstance(source, TensorListSource):
         return [source.key] if source.key is not None else None
@@ -42,6 +43,8 @@ def needs_tokenizer(keys: list[str] | None, spec: TaskSpec | None, source: MapSo
         return False
     if isinstance(source, HFSource):
         return True
+    if isinstance(source, ShardedSource):
+        return source.holds_text(text_field)
     return isinstance(source.first_row()[text_field], str)
 
 
@@ -122,6 +125,8 @@ def check_class_labels(source: MapSource, spec: TaskSpec, role: str) -> None:
         return
     if isinstance(source, HFSource):  # the column's first values, read without decoding the other columns
         values = source.dataset.select_columns([field]).select(range(min(len(source), 8)))[field]
+    elif isinstance(source, ShardedSource) and not source.holds_text(field):
+        values = []  # no string by the schema: no row group fetched to show one
     else:  # the row the construction checks read already: other rows may be costly (images) or unreadable
         values = [source.first_row()[field]]
     flat = [item for value in values for item in (value if isinstance(value, (list, tuple)) else [value])]

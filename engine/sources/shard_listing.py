@@ -156,7 +156,35 @@ def filesystem(shards: Shards, *, own_retries: bool = False) -> tuple[Any, list[
         raise ValueError(f"Shards' urls should all be in one store, but got {shards.url_list[:4]}")
     if own_retries and isinstance(getattr(systems[0], "retries", None), int):
         systems[0].retries = 1  # s3fs counts attempts: one, no retry of its own
+    _share_models(systems[0])
     return systems[0], paths
+
+
+_MODELS: dict[str, Any] = {}
+"""``{"loader": botocore's data loader}`` of the first S3 client this process connected (inherited by the loader
+workers it forks): the service models it parsed, which a new session would parse again."""
+
+
+def _share_models(system: Any) -> None:
+    """Give an s3fs filesystem that has no session yet one whose service models come from :data:`_MODELS`: each
+    reader's filesystem (one per process, the loader workers' included) then connects without parsing them again,
+    on the way to its first fetch. Other filesystems, or no models yet, are left as they are."""
+    loader = _MODELS.get("loader")
+    if loader is None or getattr(system, "session", False) is not None or not isinstance(
+            getattr(system, "kwargs", None), dict):
+        return
+    from aiobotocore.session import AioSession
+
+    session = AioSession(**system.kwargs)  # as s3fs makes its own
+    session.register_component("data_loader", loader)
+    system.session = session
+
+
+def _keep_models(system: Any) -> None:
+    """Keep the data loader of ``system``'s session (an s3fs filesystem that has connected) in :data:`_MODELS`."""
+    session = getattr(system, "session", None)
+    if "loader" not in _MODELS and hasattr(session, "get_component"):
+        _MODELS["loader"] = session.get_component("data_loader")
 
 
 def _kind(path: str) -> str | None:
@@ -239,6 +267,7 @@ def list_shards(shards: Shards) -> ShardListing:
     kinds = [_kind(path) or "parquet" for path in files]
     with ThreadPoolExecutor(max_workers=min(16, len(files))) as pool:
         footers = list(pool.map(lambda item: _read_footer(system, *item), zip(files, kinds)))
+    _keep_models(system)
     protocol = system.protocol if isinstance(system.protocol, str) else system.protocol[0]
     schema = footers[0][1]
     for path, (_, other, _, _) in zip(files, footers):

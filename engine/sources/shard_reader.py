@@ -131,7 +131,7 @@ class RowGroupReader:
         path = self.cache_path(group)
         table = self._mapped(path)
         if table is None:
-            self._store(path, self.fetch(group))
+            self._cache(group, path)
             table = self._mapped(path)
             if table is None:  # evicted by another process at once: the cache is smaller than what is in use
                 raise RuntimeError(f"the shard cache {self.folder} removed a row group as soon as it was written; "
@@ -167,8 +167,19 @@ class RowGroupReader:
     def _fetch_ahead(self, group: int) -> None:
         path = self.cache_path(group)
         if not path.exists():
-            self._store(path, self.fetch(group))
+            self._cache(group, path)
             self.stats["read_ahead"] += 1
+
+    def _cache(self, group: int, path: Path) -> None:
+        """Fetch row group ``group`` into the cache file ``path``, then give the decoded buffers back to the OS.
+
+        The row group is decoded in this thread (``_read``), into this thread's heap of pyarrow's memory pool;
+        once its table is written and dropped, the pool would keep those pages for reuse: they would stay in this
+        process's private memory (a loader worker's) while the rows are read from the shared memory map."""
+        import pyarrow as pa
+
+        self._store(path, self.fetch(group))
+        pa.default_memory_pool().release_unused()
 
     def _mapped(self, path: Path) -> Any:
         import pyarrow as pa
@@ -182,14 +193,15 @@ class RowGroupReader:
         return table
 
     def _store(self, path: Path, table: Any) -> None:
-        """Write ``table`` into the cache (a temporary file renamed into place: readers never see half of one),
-        then remove the least recently used files past the budget."""
+        """Write ``table`` into the cache (a temporary file, on disk before it is renamed into place: readers, and
+        a run after a crash, never see half of one), then remove the least recently used files past the budget."""
         import pyarrow as pa
 
         self.folder.mkdir(parents=True, exist_ok=True)
         scratch = path.with_name(f".{path.stem}.{uuid.uuid4().hex}.tmp")
         with pa.OSFile(str(scratch), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
             writer.write_table(table)
+        _sync(scratch)
         os.replace(scratch, path)
         self._evict(keep=path)
 
@@ -273,13 +285,28 @@ class RowGroupReader:
                                f"now {version!r}); its rows would not be the rows listed: restore the shard, or build "
                                f"the data module again to list the corpus anew (a saved state of the old corpus will "
                                f"then be refused)")
+        if self.listing.kinds[shard] == "parquet":
+            # no read-ahead cache: pyarrow asks for the row group's byte ranges (pre-buffered, coalesced), and
+            # fsspec's default cache would read on from there to a block's end (50 MiB for s3fs: most of the shard)
+            with self.system.open(path, "rb", cache_type="none") as handle:
+                # decoded in this thread: its buffers are in this thread's heap of the pool, which _cache releases
+                return pq.ParquetFile(handle).read_row_group(index, columns=None if column is None else [column],
+                                                             use_threads=False)
         with self.system.open(path, "rb") as handle:
-            if self.listing.kinds[shard] == "parquet":
-                return pq.ParquetFile(handle).read_row_group(index, columns=None if column is None else [column])
             reader = open_ipc(handle)
             if isinstance(reader, pa.ipc.RecordBatchFileReader):
                 return pa.Table.from_batches([reader.get_batch(index)])
             return pa.Table.from_batches([next(b for position, b in enumerate(reader) if position == index)])
+
+
+def _sync(path: Path) -> None:
+    """Write ``path``'s pages to disk: the file is whole after a crash, and its pages are clean page cache that the
+    OS may drop, no longer dirty pages charged to the process that wrote them (a loader worker) until written back."""
+    descriptor = os.open(path, os.O_RDWR)
+    try:
+        getattr(os, "fdatasync", os.fsync)(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def _ragged_view(column: Any) -> tuple[Any, Any] | None:

@@ -73,6 +73,15 @@ class ShardedSource(ColumnarSource):
     def column_names(self) -> list[str]:
         return list(self.listing.schema.names)
 
+    def holds_text(self, column: str) -> bool:
+        """Whether ``column`` holds strings, or lists of them, by the shards' schema (no row is read)."""
+        import pyarrow as pa
+
+        kind = self.listing.schema.field(column).type
+        while pa.types.is_list(kind) or pa.types.is_large_list(kind):
+            kind = kind.value_type
+        return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
+
     def fingerprint(self) -> str:
         """The corpus's fingerprint (files, versions, row groups) and the split's rows: what a saved state names."""
         if self.positions is None and self.windows is None:

@@ -355,3 +355,11 @@ def test_loader_workers_send_their_reader_counts_back_once(corpus, tmp_path):
     counts = source.reader_counts()
     assert counts["workers"]["cache_hits"] == opened and counts["workers"]["fetched"] == 0
     assert counts["process"]["cache_hits"] == 1
+
+
+def test_building_the_module_reads_no_row(corpus, tmp_path):
+    """The construction checks read the columns from the schema: a row would fetch its whole row group into the
+    cache before the loader exists, in the parent, on the way to the first batch."""
+    folder, _ = corpus
+    module(shards(folder, tmp_path))
+    assert not list((tmp_path / "cache").glob("*.arrow"))

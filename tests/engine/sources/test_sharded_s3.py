@@ -116,3 +116,16 @@ def test_the_report_shows_the_retries_of_a_faulty_store(corpus, tmp_path, s3_buc
     own, theirs = line.split("of its loader workers")
     assert ("retries=2" in own, "retries=2" in theirs) == (workers == 0, workers == 2)
     assert "retries=2" in report._repr_html_()
+
+
+def test_a_readers_s3_client_reuses_the_service_models_the_listing_parsed(corpus, tmp_path, s3_bucket):
+    """Each process's reader (the loader workers' included) makes its own s3fs filesystem; its session takes
+    botocore's parsed service models from the listing's rather than parsing them again before its first fetch."""
+    from engine.sources.shard_listing import filesystem, list_shards
+
+    listing = list_shards(shards(s3_bucket, s3_bucket, tmp_path))
+    listed, _ = filesystem(listing.shards)
+    reader, _ = filesystem(listing.shards, own_retries=True)
+    assert reader is not listed
+    assert reader.session.get_component("data_loader") is listed.session.get_component("data_loader")
+    assert reader.info(listing.files[0])["size"] == listing.sizes[0]  # the session it was given connects
