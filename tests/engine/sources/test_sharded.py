@@ -269,7 +269,9 @@ def test_the_report_reads_the_lengths_of_the_shards(corpus, tmp_path):
     assert (stats["rows"], stats["total"], stats["max"]) == (500, sum(train), max(train))
     reads = numbers["shards"]["train, val"]  # one corpus, one reader: the splits cut from it share its counts
     assert list(numbers["shards"]) == ["train, val"] and (reads["row_groups"], reads["rows"]) == (16, 600)
-    assert reads["process"]["fetched"] >= 1  # construction read row 0 to check the fields
+    assert reads["process"]["fetched"] == 0  # construction and setup read no row
+    dm.first_batch()  # the first batch's row groups, read in this process
+    assert collect(dm)[0]["shards"]["train, val"]["process"]["fetched"] >= 1
     assert "<svg" in dm.report()._repr_html_()
 
 
