@@ -205,7 +205,8 @@ class SkipReport:
         """Record ``skipped``; with ``on_error='warn'``, warn once for each row not warned about before."""
         self.records.extend(skipped)
         for row in skipped:
-            self.counts[row.split] = self.counts.get(row.split, 0) + 1
+            split = row.split.split(" ")[0]  # a mixture's source ("train 'code'") counts in its split
+            self.counts[split] = self.counts.get(split, 0) + 1
             if self.on_error == "warn" and (row.split, row.index) not in self._warned:
                 self._warned.add((row.split, row.index))
                 warnings.warn(f"on_error='warn' left out {row} from its batch; it is recorded in dm.skipped",

@@ -294,3 +294,21 @@ def test_a_module_with_a_mixture_is_rebuilt_from_its_lightning_checkpoint(tmp_pa
     trainer(max_steps=5, enable_checkpointing=False).fit(resumed, datamodule=rebuilt, ckpt_path=tmp_path / "two.ckpt")
     trainer(max_steps=5, enable_checkpointing=False).fit(full, datamodule=module(mixture(), data=sources(books=40)))
     assert resumed.rows == full.rows[20:]
+
+
+class Broken(Tagged):
+    """Tagged rows whose row 3 fails to read."""
+
+    def __getitem__(self, index):
+        if index == 3:
+            raise OSError("row 3 is unreadable")
+        return super().__getitem__(index)
+
+
+def test_a_row_that_fails_to_read_is_left_out_and_named_by_its_source():
+    dm = module({"web": 0.5, "code": 0.5}, data={"web": Tagged(1, 20), "code": Broken(2, 20)}, on_error="skip",
+                batch_size=8)
+    rows = [row for batch in dm.train_dataloader() for row in served(batch)]
+    assert (2, 3) not in rows and len(rows) == 39
+    assert [(record.split, record.index) for record in dm.skipped.records] == [("train 'code'", 3)]
+    assert dm.state_dict()["skipped_rows"] == 1  # counted in the train split, and so carried by a checkpoint
