@@ -317,8 +317,10 @@ class MixtureOrder:
         limit = mixture.samples_per_epoch
         if limit is None and all(cap is None for cap in caps):
             limit = int(self.sizes.sum())
-        draws = self._new_draws(epoch, starts)
         by_tokens = mixture.by == "tokens"
+        if by_tokens and not mixture.points:
+            return self._merged_by_tokens(epoch, start_step, starts, caps, limit)
+        draws = self._new_draws(epoch, starts)
         targets, served, token_served = [0.0] * sources, [0] * sources, [0] * sources
         counts, tokens, used, total, step = [], [], [], 0, start_step  # chunks of [blocks, sources]
         cached_step, weights = None, None
@@ -370,6 +372,58 @@ class MixtureOrder:
         return EpochPlan(epoch, start_step, _joined(counts, sources, np.int64),
                          _joined(tokens, sources, np.int64) if self.lengths is not None else None,
                          starts, _joined(used, sources, np.float64))
+
+    def _merged_by_tokens(self, epoch: int, start_step: int, starts: tuple[int, ...], caps: list[int | None],
+                          limit: int | None) -> EpochPlan:
+        """By tokens at constant weights: every source's draws merged in the order of the mixture's token count at
+        which each is due (a draw is due when the source's tokens before it, plus half its own, reach its share:
+        ``(tokens before + length / 2) / weight``), so at every block boundary each source's tokens are within
+        about a row of its share. The epoch ends at ``limit`` rows, or with the block that takes the last rows of
+        a source that stops."""
+        weights = np.asarray([self.mixture.weights[name] for name in self.mixture.names])
+        shares = np.where(weights > 0, weights / np.asarray(self.means), 0.0)
+        shares = shares / shares.sum()  # each source's expected share of the rows
+        horizon = limit if limit is not None else min(
+            (cap / share for cap, share in zip(caps, shares) if cap is not None and share > 0), default=0)
+        if limit is None and not any(cap is not None and weight > 0 for cap, weight in zip(caps, weights)):
+            stopping = [name for name, cap in zip(self.mixture.names, caps) if cap is not None]
+            raise ValueError(f"the mixture's epoch would never end: the sources that stop ({stopping}) have weight "
+                             f"0 and the others cycle; give samples_per_epoch=..., or a stopping source a weight")
+        draws = self._new_draws(epoch, starts)
+        margin = 1.25
+        while True:
+            wanted = [0 if share == 0 else int(np.ceil(horizon * share * margin)) + 2 * self.block + 64
+                      for share in shares]
+            wanted = [want if cap is None else min(want, cap) for want, cap in zip(wanted, caps)]
+            keys, labels, lengths = [], [], []
+            for index, (one, want) in enumerate(zip(draws, wanted)):
+                if want == 0:
+                    continue
+                own = self.lengths[index][one.rows(want)]
+                before = np.cumsum(own) - own
+                keys.append((before + own / 2) / weights[index])
+                labels.append(np.full(want, index, dtype=np.int64))
+                lengths.append(own)
+            merged = np.argsort(np.concatenate(keys), kind="stable")
+            label, length = np.concatenate(labels)[merged], np.concatenate(lengths)[merged]
+            size = len(label) if limit is None else min(limit, len(label))
+            ran_out = [index for index, (want, cap) in enumerate(zip(wanted, caps)) if want and want == cap]
+            ends = [int(np.flatnonzero(label == index)[-1]) + 1 for index in ran_out]  # past a stopping source
+            if ends and min(ends) <= size:
+                size = min(-(-min(ends) // self.block) * self.block, size)
+            short = [index for index, (want, cap) in enumerate(zip(wanted, caps))
+                     if want and want != cap and (label[:size] == index).sum() >= want]
+            if not short:
+                break
+            margin *= 2  # a cycling source drew all the draws taken out for it: take more
+        blocks = -(-size // self.block)
+        block_of = np.arange(size) // self.block
+        sources = len(self.sizes)
+        counts = np.bincount(block_of * sources + label[:size], minlength=blocks * sources).reshape(blocks, sources)
+        tokens = np.bincount(block_of * sources + label[:size], weights=length[:size],
+                             minlength=blocks * sources).reshape(blocks, sources).astype(np.int64)
+        return EpochPlan(epoch, start_step, counts.astype(np.int64), tokens, starts,
+                         np.tile(weights, (blocks, 1)))
 
     def _stretch(self, weights: list[float], targets: list[float], served: list[int], room: list[float],
                  step: int, limit: int | None, total: int) -> np.ndarray | None:
