@@ -1,0 +1,306 @@
+"""The counts of a mixture's epoch: how many rows of each source every block takes, and which draws they are.
+
+Block by block, the counts keep every source's running count within one row of its target share (rows), and under
+a schedule its running token count near its share (tokens): each block gives each source the whole part of its
+deficit and the rest of the block to the largest remainders. Full blocks at constant weights are apportioned in one
+vectorized step (the block-by-block rule's result), and mixing by tokens at constant weights merges the sources'
+draws in the order their shares make them due. :mod:`engine.sampling.mixing` turns the counts into an order.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from engine.core.rng import derive_seed
+from engine.sampling.blocks import BlockOrder
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """One epoch of a mixture: the first training step, how many rows of each source every block takes (and how
+    many tokens, when lengths are known), and where each cycling source's draws start."""
+
+    epoch: int
+    start_step: int
+    counts: np.ndarray
+    """``[blocks, sources]`` rows of each source in each block."""
+    tokens: np.ndarray | None
+    """``[blocks, sources]`` tokens of those rows; None without lengths."""
+    starts: tuple[int, ...]
+    """Each source's first draw of the epoch in its stream of draws (0 for a source that starts fresh)."""
+    weights: np.ndarray
+    """``[blocks, sources]``: the weights each block was drawn at."""
+
+    @property
+    def size(self) -> int:
+        return int(self.counts.sum())
+
+
+class Draws:
+    """One source's draws in one epoch: its rows pass after pass, each pass a seeded permutation (read ahead in
+    growing steps, with the running token count of the draws when lengths are known)."""
+
+    def __init__(self, seed: int, name: str, size: int, start: int, fresh_epoch: int | None,
+                 lengths: np.ndarray | None, within: BlockOrder | None = None) -> None:
+        self.seed, self.name, self.size, self.start = seed, name, size, start
+        self.fresh_epoch, self.lengths, self.within = fresh_epoch, lengths, within
+        self.taken = 0
+        self._rows = np.zeros(0, dtype=np.int64)
+        self._running = np.zeros(1, dtype=np.int64)  # tokens of the first k draws, k = 0, 1, ...
+
+    def _permutation(self, number: int) -> np.ndarray:
+        key = ("epoch", self.fresh_epoch, number) if self.fresh_epoch is not None else ("pass", number)
+        seed = derive_seed(self.seed, "mixture", self.name, *key)
+        if self.within is not None:  # sharded data: row groups in turn, rows shuffled within a window
+            return self.within.permutation(seed)
+        return np.random.default_rng(seed).permutation(self.size)
+
+    def _ensure(self, count: int) -> None:
+        """Draws up to ``count`` at hand, read ahead to at least twice what was at hand (the cost stays linear)."""
+        have = len(self._rows)
+        if have >= count:
+            return
+        chunks, want = [], max(count, 2 * have, 1024)
+        while have < want:
+            number, within = divmod(self.start + have, self.size)
+            chunks.append(self._permutation(number)[within:])
+            have += len(chunks[-1])
+        added = np.concatenate(chunks).astype(np.int64, copy=False)
+        self._rows = np.concatenate([self._rows, added])
+        if self.lengths is not None:
+            self._running = np.concatenate([self._running, self._running[-1] + np.cumsum(self.lengths[added])])
+
+    def rows(self, count: int) -> np.ndarray:
+        """The first ``count`` draws of the epoch, as row indices of the source."""
+        self._ensure(count)
+        return self._rows[:count]
+
+    def take(self, count: int) -> int:
+        """Take the next ``count`` draws; their tokens (0 without lengths)."""
+        tokens = 0
+        if count and self.lengths is not None:
+            self._ensure(self.taken + count)
+            tokens = int(self._running[self.taken + count]) - int(self._running[self.taken])
+        self.taken += count
+        return tokens
+
+    def take_blocks(self, counts: np.ndarray) -> np.ndarray:
+        """Take the next draws, ``counts[k]`` for block ``k``; the tokens of each block (0 without lengths)."""
+        total = int(counts.sum())
+        sums = np.zeros(len(counts), dtype=np.int64)
+        if total and self.lengths is not None:
+            self._ensure(self.taken + total)
+            sums = np.diff(self._running[self.taken + np.r_[0, np.cumsum(counts)]])
+        self.taken += total
+        return sums
+
+
+def walk(order: Any, epoch: int, start_step: int, starts: tuple[int, ...]) -> EpochPlan:
+    """Block by block: each source's rows so that its running share stays within a row of its target."""
+    mixture, sources = order.mixture, len(order.sizes)
+    caps = [None if mixture.passes(name) is None else mixture.passes(name) * int(size)
+            for name, size in zip(mixture.names, order.sizes)]
+    limit = mixture.samples_per_epoch
+    if limit is None and all(cap is None for cap in caps):
+        limit = int(order.sizes.sum())
+    by_tokens = mixture.by == "tokens"
+    if by_tokens and not mixture.points:
+        return _merged_by_tokens(order, epoch, start_step, starts, caps, limit)
+    draws = order._new_draws(epoch, starts)
+    targets, served, token_served = [0.0] * sources, [0] * sources, [0] * sources
+    counts, tokens, used, total, step = [], [], [], 0, start_step  # chunks of [blocks, sources]
+    cached_step, weights = None, None
+    last_change = mixture.points[-1][0] if mixture.points else 0
+    while True:
+        size = order.block if limit is None else min(order.block, limit - total)
+        if size <= 0:
+            break
+        if cached_step is None or mixture.points:
+            weights = mixture.weights_at(step).tolist()
+            cached_step = step
+        if limit is None and not any(weight > 0 and cap is not None for weight, cap in zip(weights, caps)) \
+                and step >= last_change:
+            stopping = [name for name, cap in zip(mixture.names, caps) if cap is not None]
+            raise ValueError(f"the mixture's epoch would never end: from step {step} on, the sources that stop "
+                             f"({stopping}) have weight 0 and the others cycle; give samples_per_epoch=..., or "
+                             f"a stopping source a weight")
+        room = [math.inf if cap is None else cap - taken for cap, taken in zip(caps, served)]
+        stretch = None if by_tokens else _stretch(order, weights, targets, served, room, step, limit, total)
+        if stretch is not None:  # blocks at constant weights, in one vectorized step
+            targets = [target + weight * order.block * len(stretch) for target, weight in zip(targets, weights)]
+            chunk_tokens = np.stack([one.take_blocks(stretch[:, s]) for s, one in enumerate(draws)], axis=1)
+            counts.append(stretch)
+            used.append(np.tile(weights, (len(stretch), 1)))
+            tokens.append(chunk_tokens)
+            served = [count + int(taken) for count, taken in zip(served, stretch.sum(axis=0))]
+            token_served = [count + int(taken) for count, taken in zip(token_served, chunk_tokens.sum(axis=0))]
+            total += int(stretch.sum())
+            step += len(stretch)
+            continue
+        if by_tokens:
+            want = _token_wants(order, weights, token_served, size)
+        else:
+            targets = [target + weight * size for target, weight in zip(targets, weights)]
+            want = [target - count for target, count in zip(targets, served)]
+        block = _apportion(want, weights, size, room)
+        if not any(block):
+            break
+        block_tokens = [one.take(count) for one, count in zip(draws, block)]
+        counts.append([block])  # one block as nested lists, joined with the stretches' arrays below
+        used.append([weights])
+        tokens.append([block_tokens])
+        served = [count + taken for count, taken in zip(served, block)]
+        token_served = [count + taken for count, taken in zip(token_served, block_tokens)]
+        total += sum(block)
+        step += 1
+        if sum(block) < size or any(r != math.inf and taken >= r for r, taken in zip(room, block)):
+            break  # a source ran out (its last rows are in this block), or every source did
+    return EpochPlan(epoch, start_step, _joined(counts, sources, np.int64),
+                     _joined(tokens, sources, np.int64) if order.lengths is not None else None,
+                     starts, _joined(used, sources, np.float64))
+
+def _merged_by_tokens(order: Any, epoch: int, start_step: int, starts: tuple[int, ...], caps: list[int | None],
+                      limit: int | None) -> EpochPlan:
+    """By tokens at constant weights: every source's draws merged in the order of the mixture's token count at
+    which each is due (a draw is due when the source's tokens before it, plus half its own, reach its share:
+    ``(tokens before + length / 2) / weight``), so at every block boundary each source's tokens are within
+    about a row of its share. The epoch ends at ``limit`` rows, or with the block that takes the last rows of
+    a source that stops."""
+    weights = np.asarray([order.mixture.weights[name] for name in order.mixture.names])
+    shares = np.where(weights > 0, weights / np.asarray(order.means), 0.0)
+    shares = shares / shares.sum()  # each source's expected share of the rows
+    horizon = limit if limit is not None else min(
+        (cap / share for cap, share in zip(caps, shares) if cap is not None and share > 0), default=0)
+    if limit is None and not any(cap is not None and weight > 0 for cap, weight in zip(caps, weights)):
+        stopping = [name for name, cap in zip(order.mixture.names, caps) if cap is not None]
+        raise ValueError(f"the mixture's epoch would never end: the sources that stop ({stopping}) have weight "
+                         f"0 and the others cycle; give samples_per_epoch=..., or a stopping source a weight")
+    draws = order._new_draws(epoch, starts)
+    margin = 1.25
+    while True:
+        wanted = [0 if share == 0 else int(np.ceil(horizon * share * margin)) + 2 * order.block + 64
+                  for share in shares]
+        wanted = [want if cap is None else min(want, cap) for want, cap in zip(wanted, caps)]
+        keys, labels, lengths = [], [], []
+        for index, (one, want) in enumerate(zip(draws, wanted)):
+            if want == 0:
+                continue
+            own = order.lengths[index][one.rows(want)]
+            before = np.cumsum(own) - own
+            keys.append((before + own / 2) / weights[index])
+            labels.append(np.full(want, index, dtype=np.int64))
+            lengths.append(own)
+        merged = np.argsort(np.concatenate(keys), kind="stable")
+        label, length = np.concatenate(labels)[merged], np.concatenate(lengths)[merged]
+        size = len(label) if limit is None else min(limit, len(label))
+        ran_out = [index for index, (want, cap) in enumerate(zip(wanted, caps)) if want and want == cap]
+        ends = [int(np.flatnonzero(label == index)[-1]) + 1 for index in ran_out]  # past a stopping source
+        if ends and min(ends) <= size:
+            size = min(-(-min(ends) // order.block) * order.block, size)
+        short = [index for index, (want, cap) in enumerate(zip(wanted, caps))
+                 if want and want != cap and (label[:size] == index).sum() >= want]
+        if not short:
+            break
+        margin *= 2  # a cycling source drew all the draws taken out for it: take more
+    blocks = -(-size // order.block)
+    block_of = np.arange(size) // order.block
+    sources = len(order.sizes)
+    counts = np.bincount(block_of * sources + label[:size], minlength=blocks * sources).reshape(blocks, sources)
+    tokens = np.bincount(block_of * sources + label[:size], weights=length[:size],
+                         minlength=blocks * sources).reshape(blocks, sources).astype(np.int64)
+    return EpochPlan(epoch, start_step, counts.astype(np.int64), tokens, starts,
+                     np.tile(weights, (blocks, 1)))
+
+def _stretch(order: Any, weights: list[float], targets: list[float], served: list[int], room: list[float],
+             step: int, limit: int | None, total: int) -> np.ndarray | None:
+    """The counts of the full blocks from ``step`` on while the weights hold and no source runs out, computed
+    at once: each block's running counts are the largest-remainder apportionment of the running targets, which
+    is what the block-by-block rule gives while every source's target grows by at least a row a block. None
+    when that does not hold (a source below a row a block, a ramp, a source about to run out)."""
+    block = order.block
+    if any(weight * block < 1 for weight in weights):
+        return None
+    until = order.mixture.constant_until(step)
+    if until is None:
+        return None
+    blocks = (limit - total) // block if limit is not None else math.inf
+    blocks = min(blocks, until - step)
+    for weight, left in zip(weights, room):
+        if left != math.inf:
+            blocks = min(blocks, int(left // (weight * block)) + 1)
+    if blocks == math.inf or blocks < 2:
+        return None
+    w = np.asarray(weights)
+    steps = np.arange(1, int(blocks) + 1)
+    running = np.asarray(targets)[None, :] + (steps * block)[:, None] * w[None, :]
+    whole = np.floor(running)
+    left_over = (sum(served) + steps * block) - whole.sum(axis=1).astype(np.int64)
+    ranks = np.empty_like(whole, dtype=np.int64)
+    ranks[np.arange(len(steps))[:, None], np.argsort(-(running - whole), axis=1, kind="stable")] = \
+        np.arange(len(w))[None, :]
+    cumulative = whole.astype(np.int64) + (ranks < left_over[:, None])
+    counts = np.diff(np.vstack([np.asarray(served, dtype=np.int64)[None, :], cumulative]), axis=0)
+    if (counts < 0).any():
+        return None
+    drawn = np.cumsum(counts, axis=0)
+    within = np.ones(len(counts), dtype=bool)
+    for s, left in enumerate(room):
+        if left != math.inf:
+            within &= drawn[:, s] < left  # the block that takes a source's last rows is left to the loop
+    keep = int(np.argmin(within)) if not within.all() else len(counts)
+    return counts[:keep] if keep >= 1 else None
+
+def _token_wants(order: Any, weights: list[float], served: list[int], size: int) -> list[float]:
+    """Rows of each source that bring its token count to its share after a block of ``size`` rows."""
+    per_row = 1.0 / sum(weight / mean for weight, mean in zip(weights, order.means))  # tokens a mixed row
+    total = sum(served) + size * per_row
+    return [(weight * total - count) / mean for weight, count, mean in zip(weights, served, order.means)]
+
+
+
+def _joined(chunks: list[Any], sources: int, dtype: type) -> np.ndarray:
+    """``[blocks, sources]`` from chunks that are arrays (stretches) or lists of one block's values, in order;
+    runs of single blocks are joined as lists first (one array for many blocks, not one each)."""
+    parts, run = [], []
+    for chunk in chunks:
+        if isinstance(chunk, np.ndarray):
+            if run:
+                parts.append(np.asarray(run, dtype=dtype).reshape(-1, sources))
+                run = []
+            parts.append(chunk.astype(dtype, copy=False))
+        else:
+            run.extend(chunk)
+    if run:
+        parts.append(np.asarray(run, dtype=dtype).reshape(-1, sources))
+    return np.concatenate(parts) if parts else np.zeros((0, sources), dtype=dtype)
+
+
+def _apportion(want: list[float], weights: list[float], size: int, room: list[float]) -> list[int]:
+    """``size`` seats among sources: the whole part of each one's ``want`` first, then the largest remainders,
+    never more than a source's ``room``; sources of weight 0 get none while others have room."""
+    sources = len(want)
+    seats = [min(room[s], max(0, math.floor(want[s]))) if weights[s] > 0 else 0 for s in range(sources)]
+    seats = [int(seat) for seat in seats]
+    left = size - sum(seats)
+    if left < 0:  # more whole parts than seats (sources ahead of their share gave none): trim the smallest wants
+        for s in sorted(range(sources), key=lambda s: (want[s] - seats[s], s)):
+            take = min(seats[s], -left)
+            seats[s] -= take
+            left += take
+            if left == 0:
+                break
+    while left > 0:
+        open_ = [s for s in range(sources) if weights[s] > 0 and seats[s] < room[s]]
+        if not open_:
+            open_ = [s for s in range(sources) if seats[s] < room[s]]
+        if not open_:
+            break  # every source ran out: the epoch's last block is short
+        order = sorted(open_, key=lambda s: (-(want[s] - seats[s]), s))
+        for s in order[:left]:
+            seats[s] += 1
+        left = size - sum(seats)
+    return seats

@@ -1,0 +1,94 @@
+"""What a mixture's sampler has served, per source, over all ranks: rows and tokens since the start of training,
+read from per-epoch running totals, so a state carries it in a few numbers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from engine.sampling.elastic import without
+
+
+class ServedMeter:
+    """What a mixture's sampler has served, over all ranks, per source: rows and tokens since the start of
+    training. It is a function of the sampler's position (the order is), read from per-epoch running totals, so a
+    state carries it in a few numbers and a resumed run goes on counting from the saved totals."""
+
+    def __init__(self, order: Any) -> None:
+        self.order = order
+        self.base = np.zeros((2, len(order.sizes)), dtype=np.int64)
+        self.base_point: tuple[int, tuple[tuple[int, int], ...], int] = (0, (), 0)
+        self._running: dict[tuple[object, ...], np.ndarray] = {}
+
+    def served(self, sampler: Any) -> np.ndarray:
+        """``[rows, tokens] x sources`` served up to the sampler's position (epochs are taken to run in turn)."""
+        state = sampler._pass
+        epoch, segments, position = state.epoch, state.served, state.position
+        base_epoch, base_segments, base_position = self.base_point
+        if epoch < base_epoch:
+            return self.base.copy()
+        first = self._totals(sampler, base_epoch, base_segments)
+        if epoch == base_epoch and segments == base_segments:
+            return self.base + first[min(position, len(first) - 1)] - first[min(base_position, len(first) - 1)]
+        served = self.base + first[-1] - first[min(base_position, len(first) - 1)]
+        for between in range(base_epoch + 1, epoch):
+            served = served + self._totals(sampler, between, ())[-1]
+        now = self._totals(sampler, epoch, segments)
+        return served + now[min(position, len(now) - 1)]
+
+    def rebase(self, sampler: Any, served: np.ndarray) -> None:
+        """Count on from ``served`` (a loaded state's totals) at the sampler's loaded position."""
+        state = sampler._pass
+        self.base, self.base_point = np.asarray(served, dtype=np.int64), (state.epoch, state.served, state.position)
+
+    def _totals(self, sampler: Any, epoch: int, segments: tuple[tuple[int, int], ...]) -> np.ndarray:
+        """``[steps + 1, 2, sources]``: served after each step of ``epoch`` on the sampler's ranks (all of them),
+        after the ``segments`` served on other numbers of ranks."""
+        key = (epoch, segments, sampler.num_replicas, sampler.per_rank_size)
+        if key not in self._running:
+            order, total = self.order.order(epoch), sampler.num_replicas * sampler.per_rank_size
+            before = np.zeros((2, len(self.order.sizes)), dtype=np.int64)
+            for replicas, position in segments:
+                rows = np.concatenate([np.asarray(row, dtype=np.int64) for rank in range(replicas) for row in
+                                       sampler.batches_of(order, epoch, replicas, rank, total // replicas)[:position]]
+                                      or [np.zeros(0, dtype=np.int64)])
+                before += self._tally(rows, np.zeros(len(rows), dtype=np.int64), 1)[0]
+                order = without(order, rows)
+            per_rank = [sampler.batches_of(order, epoch, sampler.num_replicas, rank, total // sampler.num_replicas)
+                        for rank in range(sampler.num_replicas)]
+            steps = max((len(batches) for batches in per_rank), default=0)
+            flat, step_of = _rows_and_steps(per_rank)
+            per_step = self._tally(flat, step_of, steps)
+            kept = list(self._running.items())[-2:]  # the base epoch's and the current one's, and one more
+            self._running = {**dict(kept), key: np.concatenate([before[None], before + np.cumsum(per_step, axis=0)])}
+        return self._running[key]
+
+    def _tally(self, rows: np.ndarray, step_of: np.ndarray, steps: int) -> np.ndarray:
+        """``[steps, 2, sources]``: rows and tokens of each source in each step."""
+        sources = len(self.order.sizes)
+        which = self.order.source_of(rows)
+        out = np.zeros((max(steps, 1), 2, sources), dtype=np.int64)
+        out[:, 0] = np.bincount(step_of * sources + which, minlength=max(steps, 1) * sources).reshape(-1, sources)
+        if self.order.lengths is not None and len(rows):
+            lengths = np.concatenate(self.order.lengths)[rows]
+            out[:, 1] = np.bincount(step_of * sources + which, weights=lengths,
+                                    minlength=max(steps, 1) * sources).reshape(-1, sources).astype(np.int64)
+        return out[:steps] if steps else out[:0]
+
+
+def _rows_and_steps(per_rank: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """Every rank's batches as one array of rows and the step of each row: straight from the rows array of the
+    plain sampler's batches (no Python list per batch), else batch by batch."""
+    rows, steps = [], []
+    for batches in per_rank:
+        if isinstance(getattr(batches, "rows", None), np.ndarray) and len(batches):
+            count = min(len(batches) * batches.size, len(batches.rows))
+            rows.append(batches.rows[:count].astype(np.int64))
+            steps.append(np.arange(count, dtype=np.int64) // batches.size)
+            continue
+        for step, batch in enumerate(batches):
+            rows.append(np.asarray(batch, dtype=np.int64))
+            steps.append(np.full(len(batch), step, dtype=np.int64))
+    empty = np.zeros(0, dtype=np.int64)
+    return np.concatenate(rows or [empty]), np.concatenate(steps or [empty])
