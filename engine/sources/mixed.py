@@ -9,12 +9,14 @@ straight from. Evaluation splits of the sources are mixed sources too, read once
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from collators.columns import ColumnBatch, RaggedColumn, SpanColumn
+from engine.core.rng import derive_seed
 from engine.sources.rows import ColumnarSource, MapSource, RowBatch
 from engine.sources.sharded import ShardedSource
 from engine.sources.transforms import RowTransform
@@ -147,7 +149,7 @@ class MixedSource(ColumnarSource):
 
     def for_role(self, role: str, transform: RowTransform | None) -> MixedSource:
         """This source serving split ``role``: each source named in errors as ``role`` and its name."""
-        mixed = MixedSource({name: source.for_role(f"{role} {name!r}", transform)
+        mixed = MixedSource({name: source.for_role(f"{role} {name!r}", _own_seeds(transform, name))
                              for name, source in zip(self.names, self.sources)})
         mixed.role, mixed.transform = role, None
         return mixed
@@ -171,6 +173,15 @@ def _spans_in_order(places: list[np.ndarray], values: list[RaggedColumn | SpanCo
         offsets = np.asarray(one.offsets, dtype=np.int64)
         starts[where], lengths[where] = offsets[:-1] + base, np.diff(offsets)
     return SpanColumn(np.concatenate(buffers) if len(buffers) > 1 else buffers[0], starts, lengths)
+
+
+def _own_seeds(transform: RowTransform | None, name: str) -> RowTransform | None:
+    """``transform`` with seeds of source ``name``'s own: row ``i`` of two sources is augmented differently."""
+    if transform is None:
+        return None
+    own = copy.copy(transform)
+    own.seed = derive_seed(transform.seed, "mixture source", name)
+    return own
 
 
 class _Indices(list):

@@ -312,3 +312,22 @@ def test_a_row_that_fails_to_read_is_left_out_and_named_by_its_source():
     assert (2, 3) not in rows and len(rows) == 39
     assert [(record.split, record.index) for record in dm.skipped.records] == [("train 'code'", 3)]
     assert dm.state_dict()["skipped_rows"] == 1  # counted in the train split, and so carried by a checkpoint
+
+
+def random_bit(row, generator):
+    """A per-row transform that records one random bit drawn from the row's own generator."""
+    return {**row, "bit": int(torch.randint(2, (1,), generator=generator))}
+
+
+def test_each_source_s_rows_have_their_own_transform_seeds():
+    dm = module({"web": 0.5, "code": 0.5}, data={"web": Tagged(1, 40), "code": Tagged(2, 40)},
+                train_transform=random_bit, batch_size=8)
+    bits = {}
+    for batch in dm.train_dataloader():
+        for ids, row, bit in zip(batch["input_ids"], batch["row_id"], batch["bit"]):
+            bits[(int(ids[0]), int(row))] = int(bit)
+    assert [bits[(1, row)] for row in range(40)] != [bits[(2, row)] for row in range(40)]
+    again = module({"web": 0.5, "code": 0.5}, data={"web": Tagged(1, 40), "code": Tagged(2, 40)},
+                   train_transform=random_bit, batch_size=8, workers=2)
+    assert {(int(ids[0]), int(row)): int(bit) for batch in again.train_dataloader()
+            for ids, row, bit in zip(batch["input_ids"], batch["row_id"], batch["bit"])} == bits
