@@ -173,12 +173,16 @@ def shard_reads(sources: dict[str, Any]) -> dict[str, dict[str, Any]]:
     keyed by the splits that read it (``"train, val"`` for a cut ``val_split``): the listing (``shards``,
     ``row_groups``, ``rows``) and what its reader did (``process``: this process's reader, setup's reads included;
     ``workers``: the loader worker processes', as of each worker's last batch)."""
+    from engine.sources.mixed import MixedSource
     from engine.sources.sharded import ShardedSource
 
     corpora: dict[int, tuple[list[str], ShardedSource]] = {}
     for role, source in sources.items():
-        if isinstance(source, ShardedSource):  # splits of one corpus share its reader and counts
-            corpora.setdefault(id(source.reader), ([], source))[0].append(role)
+        parts = zip([f"{role} {name!r}" for name in source.names], source.sources) \
+            if isinstance(source, MixedSource) else [(role, source)]  # a mixture's sharded sources, by name
+        for label, part in parts:
+            if isinstance(part, ShardedSource):  # splits of one corpus share its reader and counts
+                corpora.setdefault(id(part.reader), ([], part))[0].append(label)
     return {", ".join(roles): {"shards": len(source.listing.files), "row_groups": source.listing.num_groups,
                                "rows": source.listing.num_rows, **source.reader_counts()}
             for roles, source in corpora.values()}

@@ -240,8 +240,11 @@ def test_a_sharded_source_mixes_reading_its_row_groups_in_turn(tmp_path):
     def docs_of(dm):
         return [batch["doc"].tolist() for batch in dm.train_dataloader()]
 
-    batches = docs_of(make(0))
+    first = make(0)
+    batches = docs_of(first)
     assert all(sum(doc >= 1000 for doc in batch) == 4 for batch in batches)
+    reads = first.report().numbers["shards"]["train 'shards'"]  # the mixture's sharded source, by name
+    assert reads["rows"] == 240 and reads["process"]["fetched"] + reads["process"]["cache_hits"] >= 6
     served = [doc for batch in batches for doc in batch]
     assert sorted(served) == list(range(240)) + list(range(1000, 1080))
     groups = [len({doc // 40 for doc in batch if doc < 1000}) for batch in batches]
