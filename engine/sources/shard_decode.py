@@ -10,10 +10,11 @@ cache file may then hold several record batches: its readers see a chunked table
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -86,6 +87,28 @@ class _StoredFile(io.RawIOBase):
         if begin >= 0 and end <= len(self._data):
             return self._data[begin:end]
         return self._stored.read(first, last)
+
+
+@contextlib.contextmanager
+def claimed(path: Path) -> Iterator[None]:
+    """Hold the claim on the cache file ``path`` (an exclusive ``flock`` on a lock file beside it) while its row
+    group is fetched: a process that wants the same row group (the other loader workers, which read batches of the
+    same row groups) waits, then finds the file, rather than fetching and decoding it too. Without ``fcntl`` (not
+    POSIX) there is no claim: each process fetches what it lacks."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - POSIX has it
+        yield
+        return
+    lock = path.with_name(f".{path.stem}.lock")
+    descriptor = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):  # a process that opens it later finds the file, or fetches
+            os.remove(lock)
+        os.close(descriptor)  # gives the claim back
 
 
 def write_cache_file(path: Path, stored: StoredRowGroup | Any, index: int) -> None:

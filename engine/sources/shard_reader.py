@@ -136,8 +136,9 @@ class RowGroupReader:
         path = self.cache_path(group)
         table = self._mapped(path)
         if table is None:
-            self._cache(group, path)
+            fetched = self._cache(group, path)
             table = self._mapped(path)
+            self.stats["cache_hits"] += not fetched
             if table is None:  # evicted by another process at once: the cache is smaller than what is in use
                 raise RuntimeError(f"the shard cache {self.folder} removed a row group as soon as it was written; "
                                    f"its cache_bytes={self.budget} is too small for the loader workers' shuffle "
@@ -171,34 +172,38 @@ class RowGroupReader:
 
     def _fetch_ahead(self, group: int) -> None:
         path = self.cache_path(group)
-        if not path.exists():
-            self._cache(group, path)
+        if not path.exists() and self._cache(group, path):
             self.stats["read_ahead"] += 1
 
-    def _cache(self, group: int, path: Path) -> None:
-        """Fetch row group ``group`` into the cache file ``path``: its bytes first (in parallel with other fetches:
-        that is where the latency is), then decoded into the file one record batch at a time, one decode at a time
-        in this process (:func:`~engine.sources.shard_decode.write_cache_file`), which gives its buffers back to
-        the OS before the next starts. A loader worker's private memory then holds one decode's buffers at most."""
+    def _cache(self, group: int, path: Path) -> bool:
+        """Fetch row group ``group`` into the cache file ``path``, unless another process did while this one waited
+        for its claim on the file (then False). Its bytes are fetched first (in parallel with other fetches: that
+        is where the latency is), then decoded into the file one record batch at a time, one decode at a time in
+        this process (:func:`~engine.sources.shard_decode.write_cache_file`), which gives its buffers back to the
+        OS before the next starts. A loader worker's private memory then holds one decode's buffers at most."""
         shard, index = int(self.listing.group_shard[group]), int(self.listing.group_index[group])
         self.folder.mkdir(parents=True, exist_ok=True)
-        scratch = path.with_name(f".{path.stem}.{uuid.uuid4().hex}.tmp")
-        if self.listing.kinds[shard] == "parquet":
-            stored = self._with_retries(group, lambda: self._row_group_bytes(shard, index))
-            fetched = len(stored.data)
-        else:
-            stored = self._with_retries(group, lambda: self._read(shard, index, None))
-            fetched = stored.nbytes
-        try:
-            shard_decode.write_cache_file(scratch, stored, index)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(scratch)
-            raise
-        del stored
-        self.stats["fetched"] += 1
-        self.stats["bytes_fetched"] += fetched
-        self._store(path, scratch)
+        with shard_decode.claimed(path):
+            if path.exists():
+                return False
+            if self.listing.kinds[shard] == "parquet":
+                stored = self._with_retries(group, lambda: self._row_group_bytes(shard, index))
+                fetched = len(stored.data)
+            else:
+                stored = self._with_retries(group, lambda: self._read(shard, index, None))
+                fetched = stored.nbytes
+            scratch = path.with_name(f".{path.stem}.{uuid.uuid4().hex}.tmp")
+            try:
+                shard_decode.write_cache_file(scratch, stored, index)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(scratch)
+                raise
+            del stored
+            self.stats["fetched"] += 1
+            self.stats["bytes_fetched"] += fetched
+            self._store(path, scratch)
+        return True
 
     def _mapped(self, path: Path) -> Any:
         import pyarrow as pa

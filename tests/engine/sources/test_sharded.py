@@ -416,3 +416,47 @@ def test_a_process_decodes_one_row_group_at_a_time(corpus, tmp_path, monkeypatch
     for future in list(source.reader._pending.values()):
         future.result(timeout=30)
     assert source.reader.stats["fetched"] == 8 and most[0] == 1
+
+
+def test_a_row_group_wanted_by_two_processes_at_once_is_fetched_once(corpus, tmp_path, monkeypatch):
+    """The loader workers read batches of the same row groups: the first to want one fetches it, and the others
+    wait for its cache file (a claim on the file, which two readers hold apart as two processes do)."""
+    import threading
+    import time
+
+    from engine.sources.shard_reader import RowGroupReader
+
+    folder, rows = corpus
+    source = as_source(shards(folder, tmp_path))
+    fetch = RowGroupReader._row_group_bytes
+
+    def slow(self, *args):
+        time.sleep(0.1)  # widens the window two fetches would overlap in
+        return fetch(self, *args)
+
+    monkeypatch.setattr(RowGroupReader, "_row_group_bytes", slow)
+    readers = [RowGroupReader(source.listing) for _ in range(2)]
+    tables = [None, None]
+    threads = [threading.Thread(target=lambda n=n: tables.__setitem__(n, readers[n].table(3))) for n in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert tables[0].column("doc").to_pylist() == tables[1].column("doc").to_pylist() == list(range(120, 150))
+    assert sum(reader.stats["fetched"] for reader in readers) == 1
+    assert sum(reader.stats["cache_hits"] for reader in readers) == 1
+    assert not list((tmp_path / "cache").glob(".*.lock"))
+
+
+@pytest.mark.parametrize(("workers", "context", "started"), [(2, "fork", True), (0, None, False), (2, "spawn", False)])
+def test_the_token_loops_compile_while_the_shards_are_listed(corpus, tmp_path, monkeypatch, workers, context, started):
+    """With forked workers ahead, the loops the workers inherit compile in the background from the module's
+    construction (the listing waits on the store), not after it on the way to the first batch."""
+    import engine.loading.factory as factory
+
+    calls = []
+    monkeypatch.setattr(factory, "warm_token_loops_soon", lambda: calls.append(1))
+    folder, _ = corpus
+    module(shards(folder, tmp_path), workers=workers, multiprocessing_context=context)
+    module({"a": shards(folder, tmp_path)}, workers=workers, multiprocessing_context=context, mix={"a": 1.0})
+    assert calls == ([1, 1] if started else [])
