@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from engine.sources import shard_decode
-from engine.sources.shard_listing import ShardListing, file_version, filesystem, open_ipc
+from engine.sources.shard_listing import FOOTERS, ShardListing, file_version, filesystem, open_ipc
 
 OPEN_GROUPS = 64
 """Row groups a process keeps open (memory-mapped, so this costs address space, not private memory)."""
@@ -248,7 +248,7 @@ class RowGroupReader:
         chunks, after checking the shard is the one listed), with the shard's footer (read once per process)."""
         path = self.listing.files[shard]
         self._check_version(shard)
-        metadata = self._footers.get(shard)
+        metadata = self._footers.get(shard, FOOTERS.get((path, self.listing.versions[shard])))
         if metadata is None:
             import pyarrow.parquet as pq
 

@@ -460,3 +460,17 @@ def test_the_token_loops_compile_while_the_shards_are_listed(corpus, tmp_path, m
     module(shards(folder, tmp_path), workers=workers, multiprocessing_context=context)
     module({"a": shards(folder, tmp_path)}, workers=workers, multiprocessing_context=context, mix={"a": 1.0})
     assert calls == ([1, 1] if started else [])
+
+
+def test_a_reader_reuses_the_footers_its_process_listed(corpus, tmp_path, monkeypatch):
+    """Loader workers forked after the listing read a row group with one ranged read, not its footer again."""
+    import pyarrow.parquet as parquet
+
+    from engine.sources.shard_reader import RowGroupReader
+
+    folder, rows = corpus
+    listing = list_shards(shards(folder, tmp_path))
+    read = []
+    monkeypatch.setattr(parquet, "read_metadata", lambda *args, **kwargs: read.append(args))
+    table = RowGroupReader(listing).table(5)  # the process's own reader, or a forked worker's
+    assert table.column("input_ids").to_pylist() == rows[190:230] and not read
