@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-DECODE_BYTES = 1 << 20
+DECODE_BYTES = 1 << 18
 """Decoded bytes of one record batch written to a cache file (rows of a row group at its average row size)."""
 
 _DECODING = threading.Lock()
@@ -132,6 +132,7 @@ def write_cache_file(path: Path, stored: StoredRowGroup | Any, index: int) -> No
                 for batch in batches:
                     writer.write_batch(batch)
                     del batch
+                    pa.default_memory_pool().release_unused()  # the batch's pages, before the next is decoded
         finally:
             batches = None
             pa.default_memory_pool().release_unused()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -214,8 +215,8 @@ def _expand(system: Any, paths: list[str], urls: list[str]) -> list[str]:
     return found
 
 
-FOOTERS: dict[tuple[str, str], Any] = {}
-"""``{(path, version): Parquet footer}`` of the first :data:`KEPT_FOOTERS` shards this process listed: loader
+FOOTERS: OrderedDict[tuple[str, str], Any] = OrderedDict()
+"""``{(path, version): Parquet footer}`` of the last :data:`KEPT_FOOTERS` shards this process listed: loader
 workers forked from it read their row groups without reading those footers again."""
 
 KEPT_FOOTERS = 64
@@ -231,8 +232,9 @@ def _read_footer(system: Any, path: str, kind: str) -> tuple[list[int], Any, int
     with system.open(path, "rb") as handle:
         if kind == "parquet":
             metadata = pq.ParquetFile(handle).metadata
-            if len(FOOTERS) < KEPT_FOOTERS:
-                FOOTERS[(path, version)] = metadata
+            FOOTERS[(path, version)] = metadata
+            while len(FOOTERS) > KEPT_FOOTERS:
+                FOOTERS.popitem(last=False)
             rows = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
             return rows, metadata.schema.to_arrow_schema(), size, version
         reader = open_ipc(handle)
