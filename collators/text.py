@@ -254,14 +254,48 @@ def create_text_collator(task_spec: TaskSpec | None = None, **kwargs: Any) -> Te
     return TextCollator(task_spec=task_spec, **kwargs)
 
 
+_WARMING: dict[int, Any] = {}
+"""``{pid: thread}``: the background warming of :func:`warm_token_loops_soon` started in process ``pid``."""
+
+
+def warm_token_loops_soon() -> None:
+    """Start :func:`warm_token_loops` in a background thread of this process (once), for work that waits on I/O
+    meanwhile (listing shards in object storage); :func:`warm_token_loops` waits for it. Nothing may fork this
+    process before that: a forked child would inherit numba's locks as the thread holds them."""
+    import os
+    import threading
+
+    if os.getpid() not in _WARMING:
+        thread = threading.Thread(target=_warm_quietly, name="warm-token-loops", daemon=True)
+        _WARMING[os.getpid()] = thread
+        thread.start()
+
+
 def warm_token_loops() -> None:
     """Compile the token padding loops in this process for the usual argument types (read-only and writable
     values of :data:`TOKEN_DTYPES`, int64 starts, lengths and output), from numba's disk cache when it holds them.
 
     Called before forking loader workers: each worker then inherits the compiled loops. Otherwise each worker
     compiles them on its first batch, which imports numba's compiler and builds LLVM state in that worker:
-    about 35 MiB of private memory per worker, that forked workers cannot share.
+    about 35 MiB of private memory per worker, that forked workers cannot share. Waits for a warming that
+    :func:`warm_token_loops_soon` started (a failure there is met again here, and raised).
     """
+    import os
+
+    thread = _WARMING.get(os.getpid())
+    if thread is not None:
+        thread.join()
+    _warm()
+
+
+def _warm_quietly() -> None:
+    import contextlib
+
+    with contextlib.suppress(Exception):  # met again, and raised, by warm_token_loops in the caller's thread
+        _warm()
+
+
+def _warm() -> None:
     starts, kept, out = np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros((1, 1), np.int64)
     first_span_outside(0, starts, kept)
     write_mask(kept, False, out)

@@ -16,7 +16,12 @@ from engine.datamodule.checkpointing import CheckpointedModule
 from engine.datamodule.collator import check_collator_kwargs, module_collator
 from engine.datamodule.given import log_long_rows, prepare_inputs, prepare_tokens, take_inputs, take_mixture
 from engine.datamodule.mixing import check_mixture_batching, mixture_order
-from engine.loading.factory import DataLoaderFactory, check_transforms_can_start, check_workers_can_start
+from engine.loading.factory import (
+    DataLoaderFactory,
+    check_transforms_can_start,
+    check_workers_can_start,
+    warm_while_listing,
+)
 from engine.loading.state import TrainPosition
 from engine.sampling.mixture import as_mixture
 from engine.sampling.modes import resolve_batching
@@ -119,6 +124,7 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
         super().__init__()
         seed = drawn_seed(seed)  # before the configuration is recorded, so a checkpoint holds the seed drawn
         options.record_configuration(self, options.checkpoint_configuration(locals(), NOT_CHECKPOINTED))
+        warm_while_listing([train_data, val_data, test_data, predict_data], num_workers, multiprocessing_context)
         self.mixture = as_mixture(mix) if mix is not None else None
         named = is_named_datasets(train_data, task_spec)
         if named and self.mixture is None:

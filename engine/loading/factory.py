@@ -16,6 +16,7 @@ from torch.utils.data import BatchSampler, IterableDataset, Sampler, SequentialS
 
 from collators import warm_token_loops
 from collators.default import DefaultCollator
+from collators.text import warm_token_loops_soon
 from engine.collation.handoff import WorkerCollate
 from engine.collation.seeded_collate import SeededCollate
 from engine.core.rng import derive_seed, generator_from, seed_worker
@@ -32,6 +33,7 @@ from engine.sources.adapt import as_source
 from engine.sources.lengths import lengths_of
 from engine.sources.mixed import MixedSource
 from engine.sources.rows import ColumnarSource
+from engine.sources.shard_listing import Shards, is_url
 from engine.sources.sharded import ShardedSource
 
 
@@ -235,6 +237,17 @@ def _start_method(kwargs: dict[str, Any]) -> str:
     return kwargs["multiprocessing_context"] or multiprocessing.get_start_method(allow_none=True) or (
         multiprocessing.get_context().get_start_method()
     )
+
+
+def warm_while_listing(data: list[Any], num_workers: int, multiprocessing_context: str | None) -> None:
+    """Start compiling the token loops (:func:`~collators.text.warm_token_loops_soon`) when ``data`` (what a module
+    was given; a dict: its values) holds shards and loader workers will fork: the loops are then ready, or nearly,
+    once the shards are listed, rather than compiled after it on the way to the first batch. The factory waits for
+    them before the workers fork."""
+    given = [part for item in data for part in (item.values() if isinstance(item, Mapping) else [item])]
+    if num_workers and _forks({"multiprocessing_context": multiprocessing_context}) and any(
+            isinstance(part, Shards) or is_url(part) for part in given):
+        warm_token_loops_soon()
 
 
 def _forks(kwargs: dict[str, Any]) -> bool:

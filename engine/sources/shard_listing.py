@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -195,13 +196,9 @@ def _expand(system: Any, paths: list[str], urls: list[str]) -> list[str]:
     """The shard files that ``paths`` name: files as given, globs expanded, folders searched, in name order."""
     found: list[str] = []
     for path, url in zip(paths, urls):
-        if any(char in path for char in "*?["):
-            matches = sorted(system.glob(path))
-        elif system.isdir(path):
-            matches = sorted(system.find(path))
-        elif system.exists(path):
-            matches = [path]
-        else:
+        pattern = any(char in path for char in "*?[")
+        matches = sorted(system.glob(path) if pattern else system.find(path))  # find: a folder's files, or the file
+        if not matches and not pattern and not system.exists(path):
             raise FileNotFoundError(f"no such file or folder: {url!r}; Shards should name Parquet or Arrow files, a "
                                     f"folder or prefix holding them, or a glob")
         files = [match for match in matches if _kind(match)]
@@ -218,6 +215,13 @@ def _expand(system: Any, paths: list[str], urls: list[str]) -> list[str]:
     return found
 
 
+FOOTERS: OrderedDict[tuple[str, str], Any] = OrderedDict()
+"""``{(path, version): Parquet footer}`` of the last :data:`KEPT_FOOTERS` shards this process listed: loader
+workers forked from it read their row groups without reading those footers again."""
+
+KEPT_FOOTERS = 64
+
+
 def _read_footer(system: Any, path: str, kind: str) -> tuple[list[int], Any, int, str]:
     """``(row counts of the row groups, schema, size, version)`` of one shard, reading its footer only."""
     import pyarrow as pa
@@ -228,6 +232,9 @@ def _read_footer(system: Any, path: str, kind: str) -> tuple[list[int], Any, int
     with system.open(path, "rb") as handle:
         if kind == "parquet":
             metadata = pq.ParquetFile(handle).metadata
+            FOOTERS[(path, version)] = metadata
+            while len(FOOTERS) > KEPT_FOOTERS:
+                FOOTERS.popitem(last=False)
             rows = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
             return rows, metadata.schema.to_arrow_schema(), size, version
         reader = open_ipc(handle)

@@ -2,7 +2,8 @@
 
 A row group is fetched from its shard (a ranged read through ``fsspec``), checked against the listing (a shard
 that disappeared or was replaced since is named, never read as other data), written to the cache folder as an
-Arrow IPC file, and memory-mapped: every loader worker reads the same pages, which the OS can drop and reload, so
+Arrow IPC file (:mod:`engine.sources.shard_decode`: one decode at a time per process, a few record batches), and
+memory-mapped: every loader worker reads the same pages, which the OS can drop and reload, so
 a worker's private memory does not grow with the rows it has read. The cache holds at most ``cache_bytes``; the
 least recently used row groups leave first. A resumed run finds what it fetched before and fetches nothing again.
 
@@ -20,16 +21,18 @@ import os
 import time
 import uuid
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from engine.sources.shard_listing import ShardListing, file_version, filesystem, open_ipc
+from engine.sources import shard_decode
+from engine.sources.shard_listing import FOOTERS, ShardListing, file_version, filesystem, open_ipc
 
 OPEN_GROUPS = 64
 """Row groups a process keeps open (memory-mapped, so this costs address space, not private memory)."""
 
-CACHE_FORMAT = "1"
+CACHE_FORMAT = "2"
 """Part of every cache file's name: raised when the cached layout changes, so old files are not read."""
 
 log = logging.getLogger("engine")
@@ -93,11 +96,13 @@ class RowGroupReader:
         self._open: OrderedDict[int, Any] = OrderedDict()
         self._pid = os.getpid()
         self._pending: dict[int, Future[Any]] = {}
-        self._ragged: dict[tuple[int, str], tuple[Any, Any] | None] = {}
+        self._ragged: dict[tuple[int, str], RaggedView | None] = {}
         self._pool: ThreadPoolExecutor | None = None
+        self._footers: OrderedDict[int, Any] = OrderedDict()  # Parquet footers of the shards fetched from
         self.stats: Counter[str] = Counter()
         """This process's counts: ``fetched`` row groups, ``cache_hits``, ``retries``, ``bytes_fetched``,
-        ``evicted``, ``read_ahead`` (row groups fetched ahead of their batch)."""
+        ``evicted``, ``read_ahead`` (row groups fetched ahead of their batch); ``bytes_fetched`` counts the bytes
+        read from the store (a Parquet row group's column chunks as stored, an Arrow record batch's buffers)."""
 
     def _forked(self) -> None:
         """In a process forked from the one that built this reader (a loader worker), forget what belongs to the
@@ -131,8 +136,9 @@ class RowGroupReader:
         path = self.cache_path(group)
         table = self._mapped(path)
         if table is None:
-            self._cache(group, path)
+            fetched = self._cache(group, path)
             table = self._mapped(path)
+            self.stats["cache_hits"] += not fetched
             if table is None:  # evicted by another process at once: the cache is smaller than what is in use
                 raise RuntimeError(f"the shard cache {self.folder} removed a row group as soon as it was written; "
                                    f"its cache_bytes={self.budget} is too small for the loader workers' shuffle "
@@ -146,9 +152,9 @@ class RowGroupReader:
                 self._ragged.pop((closed, name), None)
         return table
 
-    def ragged(self, group: int, column: str) -> tuple[Any, Any] | None:
-        """``(offsets, values)``: numpy views of ``column`` in row group ``group`` (row ``i`` is
-        ``values[offsets[i]:offsets[i + 1]]``), or None when the column is not lists of integers without nulls."""
+    def ragged(self, group: int, column: str) -> RaggedView | None:
+        """A :class:`RaggedView` of ``column`` in row group ``group`` (numpy views of the memory-mapped file), or None
+        when the column is not lists of integers without nulls."""
         key = (group, column)
         if key not in self._ragged:
             self._ragged[key] = _ragged_view(self.table(group).column(column))
@@ -166,20 +172,38 @@ class RowGroupReader:
 
     def _fetch_ahead(self, group: int) -> None:
         path = self.cache_path(group)
-        if not path.exists():
-            self._cache(group, path)
+        if not path.exists() and self._cache(group, path):
             self.stats["read_ahead"] += 1
 
-    def _cache(self, group: int, path: Path) -> None:
-        """Fetch row group ``group`` into the cache file ``path``, then give the decoded buffers back to the OS.
-
-        The row group is decoded in this thread (``_read``), into this thread's heap of pyarrow's memory pool;
-        once its table is written and dropped, the pool would keep those pages for reuse: they would stay in this
-        process's private memory (a loader worker's) while the rows are read from the shared memory map."""
-        import pyarrow as pa
-
-        self._store(path, self.fetch(group))
-        pa.default_memory_pool().release_unused()
+    def _cache(self, group: int, path: Path) -> bool:
+        """Fetch row group ``group`` into the cache file ``path``, unless another process did while this one waited
+        for its claim on the file (then False). Its bytes are fetched first (in parallel with other fetches: that
+        is where the latency is), then decoded into the file one record batch at a time, one decode at a time in
+        this process (:func:`~engine.sources.shard_decode.write_cache_file`), which gives its buffers back to the
+        OS before the next starts. A loader worker's private memory then holds one decode's buffers at most."""
+        shard, index = int(self.listing.group_shard[group]), int(self.listing.group_index[group])
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with shard_decode.claimed(path):
+            if path.exists():
+                return False
+            if self.listing.kinds[shard] == "parquet":
+                stored = self._with_retries(group, lambda: self._row_group_bytes(shard, index))
+                fetched = len(stored.data)
+            else:
+                stored = self._with_retries(group, lambda: self._read(shard, index, None))
+                fetched = stored.nbytes
+            scratch = path.with_name(f".{path.stem}.{uuid.uuid4().hex}.tmp")
+            try:
+                shard_decode.write_cache_file(scratch, stored, index)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(scratch)
+                raise
+            del stored
+            self.stats["fetched"] += 1
+            self.stats["bytes_fetched"] += fetched
+            self._store(path, scratch)
+        return True
 
     def _mapped(self, path: Path) -> Any:
         import pyarrow as pa
@@ -192,15 +216,9 @@ class RowGroupReader:
             return None
         return table
 
-    def _store(self, path: Path, table: Any) -> None:
-        """Write ``table`` into the cache (a temporary file, on disk before it is renamed into place: readers, and
+    def _store(self, path: Path, scratch: Path) -> None:
+        """Put the written file ``scratch`` in place as ``path`` (on disk before it is renamed into place: readers, and
         a run after a crash, never see half of one), then remove the least recently used files past the budget."""
-        import pyarrow as pa
-
-        self.folder.mkdir(parents=True, exist_ok=True)
-        scratch = path.with_name(f".{path.stem}.{uuid.uuid4().hex}.tmp")
-        with pa.OSFile(str(scratch), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-            writer.write_table(table)
         _sync(scratch)
         os.replace(scratch, path)
         self._evict(keep=path)
@@ -225,12 +243,26 @@ class RowGroupReader:
             total -= size
             self.stats["evicted"] += 1
 
-    def fetch(self, group: int) -> Any:
-        """Row group ``group`` read whole from its shard, retrying transient failures."""
-        table = self._with_retries(group, None)
-        self.stats["fetched"] += 1
-        self.stats["bytes_fetched"] += table.nbytes
-        return table
+    def _row_group_bytes(self, shard: int, index: int) -> Any:
+        """The stored bytes of row group ``index`` of Parquet shard ``shard`` (one ranged read of its column
+        chunks, after checking the shard is the one listed), with the shard's footer (read once per process)."""
+        path = self.listing.files[shard]
+        self._check_version(shard)
+        metadata = self._footers.get(shard, FOOTERS.get((path, self.listing.versions[shard])))
+        if metadata is None:
+            import pyarrow.parquet as pq
+
+            with self.system.open(path, "rb", cache_type="none") as handle:  # the footer's range only
+                metadata = pq.read_metadata(handle)
+            self._footers[shard] = metadata
+            while len(self._footers) > OPEN_GROUPS:
+                self._footers.popitem(last=False)
+        start, end = shard_decode.row_group_range(metadata, index)
+        data = self.system.cat_file(path, start=start, end=end)
+        if len(data) != end - start:  # a body cut short: transient, retried
+            raise EOFError(f"read {len(data)} of the {end - start} bytes of row group {index} of {path!r}")
+        return shard_decode.StoredRowGroup(metadata, start, data, int(self.listing.sizes[shard]),
+                                           lambda first, last: self.system.cat_file(path, start=first, end=last))
 
     def lengths(self, group: int, column: str) -> Any:
         """The list lengths of ``column`` in row group ``group``: from the cache when the row group is there, else
@@ -238,20 +270,22 @@ class RowGroupReader:
         import pyarrow.compute as pc
 
         table = self._open.get(group) or self._mapped(self.cache_path(group))
-        if table is None:
-            shard = int(self.listing.group_shard[group])
-            table = self._with_retries(group, column) if self.listing.kinds[shard] == "parquet" else self.table(group)
+        shard, index = int(self.listing.group_shard[group]), int(self.listing.group_index[group])
+        if table is None and self.listing.kinds[shard] == "parquet":
+            table = self._with_retries(group, lambda: self._read(shard, index, column))
+        elif table is None:
+            table = self.table(group)
         return pc.list_value_length(table.column(column)).to_numpy(zero_copy_only=False)
 
-    def _with_retries(self, group: int, column: str | None) -> Any:
-        """Row group ``group`` (only ``column`` if given) read from its shard, with exponential backoff after a
-        transient failure; a persistent one raises naming the shard, the row group and the attempts."""
+    def _with_retries(self, group: int, read: Callable[[], Any]) -> Any:
+        """``read()`` of row group ``group``, with exponential backoff after a transient failure; a persistent one
+        raises naming the shard, the row group and the attempts."""
         shards = self.listing.shards
         shard, index = int(self.listing.group_shard[group]), int(self.listing.group_index[group])
         attempts = shards.retries + 1
         for attempt in range(1, attempts + 1):
             try:
-                return self._read(shard, index, column)
+                return read()
             except Exception as error:  # sorted into transient (retried) and not (raised) below
                 if not is_transient(error):
                     raise
@@ -267,14 +301,11 @@ class RowGroupReader:
                 time.sleep(wait)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _read(self, shard: int, index: int, column: str | None) -> Any:
-        """Row group ``index`` of ``shard`` (only ``column`` if given), after checking the shard is the one listed."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        path, url = self.listing.files[shard], self.listing.url(shard)
+    def _check_version(self, shard: int) -> None:
+        """Raise when ``shard`` is gone or differs from the listed one (its rows would not be the rows listed)."""
+        url = self.listing.url(shard)
         try:
-            info = self.system.info(path)
+            info = self.system.info(self.listing.files[shard])
         except FileNotFoundError:
             raise FileNotFoundError(f"shard {url!r} was listed but no longer exists; the corpus changed while it was "
                                     f"read: restore the shard, or build the data module again to list the corpus "
@@ -285,11 +316,18 @@ class RowGroupReader:
                                f"now {version!r}); its rows would not be the rows listed: restore the shard, or build "
                                f"the data module again to list the corpus anew (a saved state of the old corpus will "
                                f"then be refused)")
+
+    def _read(self, shard: int, index: int, column: str | None) -> Any:
+        """Row group ``index`` of ``shard`` (only ``column`` if given), after checking the shard is the one listed."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        path = self.listing.files[shard]
+        self._check_version(shard)
         if self.listing.kinds[shard] == "parquet":
             # no read-ahead cache: pyarrow asks for the row group's byte ranges (pre-buffered, coalesced), and
             # fsspec's default cache would read on from there to a block's end (50 MiB for s3fs: most of the shard)
             with self.system.open(path, "rb", cache_type="none") as handle:
-                # decoded in this thread: its buffers are in this thread's heap of the pool, which _cache releases
                 return pq.ParquetFile(handle).read_row_group(index, columns=None if column is None else [column],
                                                              use_threads=False)
         with self.system.open(path, "rb") as handle:
@@ -309,11 +347,48 @@ def _sync(path: Path) -> None:
         os.close(descriptor)
 
 
-def _ragged_view(column: Any) -> tuple[Any, Any] | None:
-    """``(offsets, values)`` numpy views of a list-of-integers column without nulls (one chunk), else None."""
-    from engine.sources._arrow_buffers import list_of_ints
+class RaggedView(NamedTuple):
+    """Where each row of a list column of a cached row group lies in ``values``, a numpy view of the memory-mapped
+    file (no copy): one view over the file's record batches, ``offsets`` likewise; per batch, ``bounds`` (its first
+    row, and the end), ``shift`` (a row's index in ``offsets`` minus its row) and ``base`` (its first value)."""
+
+    values: Any
+    offsets: Any
+    bounds: Any
+    shift: Any
+    base: Any
+
+    def spans(self, rows: Any) -> tuple[Any, Any]:
+        """``(starts, ends)`` (int64) of ``rows`` (numbers within the row group) in :attr:`values`."""
+        import numpy as np
+
+        batch = np.searchsorted(self.bounds, rows, side="right") - 1
+        positions = rows + self.shift[batch]
+        base = self.base[batch]
+        return self.offsets[positions].astype(np.int64) + base, self.offsets[positions + 1].astype(np.int64) + base
+
+
+def _ragged_view(column: Any) -> RaggedView | None:
+    """A :class:`RaggedView` of a list-of-integers column without nulls, else None."""
+    import numpy as np
+
+    from engine.sources._arrow_buffers import list_of_ints, shared_view
 
     if not list_of_ints(column):
         return None
-    array = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-    return array.offsets.to_numpy(), array.values.to_numpy(zero_copy_only=False)
+    chunks = [chunk for chunk in column.chunks if len(chunk)] or column.chunks[:1]
+    values = [chunk.values.to_numpy(zero_copy_only=False) for chunk in chunks]
+    offsets = [chunk.offsets.to_numpy() for chunk in chunks]
+    bounds = np.cumsum([0] + [len(chunk) for chunk in chunks], dtype=np.int64)
+    if len(chunks) == 1:
+        zero = np.zeros(1, dtype=np.int64)
+        return RaggedView(values[0], offsets[0], bounds, zero, zero)
+    value_views = shared_view(values, [chunk.values.buffers()[1] for chunk in chunks])
+    offset_views = shared_view(offsets, [chunk.offsets.buffers()[1] for chunk in chunks])
+    if value_views is None or offset_views is None:  # not one mapping (never for a cache file): one copy
+        import pyarrow as pa
+
+        return _ragged_view(pa.chunked_array([column.combine_chunks()]))
+    (whole_values, base), (whole_offsets, offset_base) = value_views, offset_views
+    return RaggedView(whole_values, whole_offsets, bounds, offset_base - bounds[:-1], base)
+

@@ -238,21 +238,24 @@ class ShardedSource(ColumnarSource):
         the memory-mapped row groups (one slice a row), others as Python values (as the row path gives them)."""
         rows = self.corpus_rows(positions)
         groups = self.group_of(rows)
-        local = (rows - self.listing.group_start[groups]).tolist()
-        groups = groups.tolist()
+        local = rows - self.listing.group_start[groups]
+        present, where = np.unique(groups, return_inverse=True)
         cut = self.windows.per_token if self.windows is not None else ()
         spans = self._spans(positions) if cut else None
         columns: dict[str, Any] = {}
         for name in self.column_names:
-            views = {group: self.reader.ragged(group, name) for group in dict.fromkeys(groups)}
-            if any(view is None for view in views.values()):  # not a list of integers without nulls
+            views = [self.reader.ragged(int(group), name) for group in present]
+            if any(view is None for view in views):  # not a list of integers without nulls
                 continue
+            starts, ends = np.empty(len(rows), dtype=np.int64), np.empty(len(rows), dtype=np.int64)
+            for number, view in enumerate(views):
+                mask = where == number
+                starts[mask], ends[mask] = view.spans(local[mask])
             if name in cut:
-                pieces = [views[group][1][views[group][0][row] + start:views[group][0][row] + end]
-                          for group, row, start, end in zip(groups, local, *spans)]
-            else:
-                pieces = [views[group][1][views[group][0][row]:views[group][0][row + 1]]
-                          for group, row in zip(groups, local)]
+                ends = starts + np.asarray(spans[1], dtype=np.int64)
+                starts = starts + np.asarray(spans[0], dtype=np.int64)
+            pieces = [views[number].values[start:end]
+                      for number, start, end in zip(where.tolist(), starts.tolist(), ends.tolist())]
             lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
             offsets = np.zeros(len(pieces) + 1, dtype=np.int64)
             np.cumsum(lengths, out=offsets[1:])

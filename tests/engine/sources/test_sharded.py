@@ -365,3 +365,112 @@ def test_building_the_module_reads_no_row(corpus, tmp_path):
     folder, _ = corpus
     module(shards(folder, tmp_path))
     assert not list((tmp_path / "cache").glob("*.arrow"))
+
+
+def test_a_row_group_is_cached_in_several_record_batches_and_read_as_one(corpus, tmp_path, monkeypatch):
+    """A row group is decoded a few rows at a time into its cache file (the decoder's buffers stay small); rows,
+    token columns and windows read from those batches are the files' rows."""
+    from engine.sources import shard_decode
+
+    monkeypatch.setattr(shard_decode, "DECODE_BYTES", 64)  # a few rows a record batch
+    folder, rows = corpus
+    source = as_source(shards(folder, tmp_path))
+    picked = [599, 0, 41, 40, 333, 150, 39, 79]
+    assert [row["input_ids"] for row in source.__getitems__(picked)] == [rows[i] for i in picked]
+    with pa.memory_map(str(source.reader.cache_path(0))) as mapped:
+        assert pa.ipc.open_file(mapped).num_record_batches > 5
+    assert source.fetch_columns(picked)["input_ids"].rows() == [rows[i] for i in picked]
+    starts, ends = [1, 0, 2, 0, 1, 0, 1, 0], [3, 2, 3, 1, 2, 3, 2, 1]
+    windows = source.windowed(np.asarray(picked), np.asarray(starts), np.asarray(ends), ["input_ids"])
+    cut = windows.fetch_columns(list(range(8)))["input_ids"].rows()
+    assert cut == [rows[i][start:end] for i, start, end in zip(picked, starts, ends)]
+
+
+def test_a_process_decodes_one_row_group_at_a_time(corpus, tmp_path, monkeypatch):
+    """Row groups read ahead are fetched in parallel, but decoded one at a time: each decode's buffers are the
+    process's own memory (a loader worker's) until its row group is written."""
+    import threading
+    import time
+
+    import pyarrow.parquet as parquet
+
+    folder, _ = corpus
+    source = as_source(shards(folder, tmp_path))
+    live, most, guard = [0], [0], threading.Lock()
+    batches = parquet.ParquetFile.iter_batches
+
+    def decoding(self, *args, **kwargs):
+        with guard:
+            live[0] += 1
+            most[0] = max(most[0], live[0])
+        time.sleep(0.05)  # widens the window two decodes would overlap in
+        try:
+            yield from batches(self, *args, **kwargs)
+        finally:
+            with guard:
+                live[0] -= 1
+
+    monkeypatch.setattr(parquet.ParquetFile, "iter_batches", decoding)
+    source.reader.read_ahead(list(range(1, 8)))
+    source.reader.table(0)
+    for future in list(source.reader._pending.values()):
+        future.result(timeout=30)
+    assert source.reader.stats["fetched"] == 8 and most[0] == 1
+
+
+def test_a_row_group_wanted_by_two_processes_at_once_is_fetched_once(corpus, tmp_path, monkeypatch):
+    """The loader workers read batches of the same row groups: the first to want one fetches it, and the others
+    wait for its cache file (a claim on the file, which two readers hold apart as two processes do)."""
+    import threading
+    import time
+
+    from engine.sources.shard_reader import RowGroupReader
+
+    folder, rows = corpus
+    source = as_source(shards(folder, tmp_path))
+    fetch = RowGroupReader._row_group_bytes
+
+    def slow(self, *args):
+        time.sleep(0.1)  # widens the window two fetches would overlap in
+        return fetch(self, *args)
+
+    monkeypatch.setattr(RowGroupReader, "_row_group_bytes", slow)
+    readers = [RowGroupReader(source.listing) for _ in range(2)]
+    tables = [None, None]
+    threads = [threading.Thread(target=lambda n=n: tables.__setitem__(n, readers[n].table(3))) for n in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert tables[0].column("doc").to_pylist() == tables[1].column("doc").to_pylist() == list(range(120, 150))
+    assert sum(reader.stats["fetched"] for reader in readers) == 1
+    assert sum(reader.stats["cache_hits"] for reader in readers) == 1
+    assert not list((tmp_path / "cache").glob(".*.lock"))
+
+
+@pytest.mark.parametrize(("workers", "context", "started"), [(2, "fork", True), (0, None, False), (2, "spawn", False)])
+def test_the_token_loops_compile_while_the_shards_are_listed(corpus, tmp_path, monkeypatch, workers, context, started):
+    """With forked workers ahead, the loops the workers inherit compile in the background from the module's
+    construction (the listing waits on the store), not after it on the way to the first batch."""
+    import engine.loading.factory as factory
+
+    calls = []
+    monkeypatch.setattr(factory, "warm_token_loops_soon", lambda: calls.append(1))
+    folder, _ = corpus
+    module(shards(folder, tmp_path), workers=workers, multiprocessing_context=context)
+    module({"a": shards(folder, tmp_path)}, workers=workers, multiprocessing_context=context, mix={"a": 1.0})
+    assert calls == ([1, 1] if started else [])
+
+
+def test_a_reader_reuses_the_footers_its_process_listed(corpus, tmp_path, monkeypatch):
+    """Loader workers forked after the listing read a row group with one ranged read, not its footer again."""
+    import pyarrow.parquet as parquet
+
+    from engine.sources.shard_reader import RowGroupReader
+
+    folder, rows = corpus
+    listing = list_shards(shards(folder, tmp_path))
+    read = []
+    monkeypatch.setattr(parquet, "read_metadata", lambda *args, **kwargs: read.append(args))
+    table = RowGroupReader(listing).table(5)  # the process's own reader, or a forked worker's
+    assert table.column("input_ids").to_pylist() == rows[190:230] and not read
