@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from engine.loading.factory import block_order
+from engine.sampling.length import MEGA_BATCH_FACTOR
 from engine.sampling.mixing import MixtureOrder
 from engine.sampling.mixture import Mixture
 from engine.sources.adapt import HFSource, TensorListSource
 from engine.sources.lengths import lengths_of
 from engine.sources.mixed import MixedSource
 
-MEGA_BATCH_FACTOR = 50
-"""Steps per run that grouped batching sorts by length (the sampler's default, which the module uses)."""
 DOCUMENT_BLOCK = 64
 """Documents per block of the mixture under token budgets and packing, whose steps hold varying row counts."""
 
@@ -38,13 +37,13 @@ def mixture_order(mixture: Mixture, source: MixedSource, *, batching: str, key: 
     """The order of ``mixture`` over the train split's sources: blocks of one global batch (one step) under plain
     and grouped batching, of :data:`DOCUMENT_BLOCK` documents otherwise."""
     lengths = None
-    if key is not None and (mixture.by == "tokens" or batching != "plain" or _has_lengths(source, key)):
+    if key is not None and (mixture.by == "tokens" or batching != "plain" or _has_lengths(source)):
         lengths = [lengths_of(part, key) for part in source.sources]
     block = global_batch if batching in ("plain", "grouped") else DOCUMENT_BLOCK
     return MixtureOrder(mixture, source.sizes, block=block, seed=seed, lengths=lengths,
                         within=[block_order(part) for part in source.sources])
 
 
-def _has_lengths(source: MixedSource, key: str) -> bool:
+def _has_lengths(source: MixedSource) -> bool:
     """Whether every source's lengths come without reading its rows one by one (for the served tokens)."""
     return all(isinstance(part, (HFSource, TensorListSource)) for part in source.sources)

@@ -209,11 +209,16 @@ class EpochBatchSampler(Sampler[list[int]]):
             return PassState.at(epoch, len(self._batches(epoch, ())), offset)
         return PassState.at(epoch, 0, offset, segments + ((saved_replicas, position),) if position else segments)
 
+    def check_options(self, state: dict[str, Any]) -> None:
+        """Refuse a state saved with other options than this sampler's (subclasses that fingerprint theirs)."""
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state``: the next iteration resumes its epoch at the saved position (saved on another
         number of ranks: with the rows of the epoch not served yet, dealt to this sampler's ranks), read against
         the epoch a caller pinned (:meth:`PassState.loaded <engine.sampling.position.PassState.loaded>`)."""
         changed = self.mixture is not None and not self.mixture.check_saved(state.get("mixture"))
+        if not changed:  # a checkpoint of another mixture, accepted, starts the next epoch whatever its options
+            self.check_options(state)
         saved = self.check_state(state)
         if changed:  # another mixture's checkpoint: this one's epochs start at the loaded epoch, at the saved step
             self.mixture.start_at(saved.epoch, state.get("mixture"))

@@ -23,6 +23,8 @@ from engine.sampling.blocks import EpochOrder
 from engine.sampling.ranks import UNEVEN_POLICIES, deal_to_ranks, equalize_batch_counts
 
 OVERSIZED_POLICIES = ("error", "alone")
+MEGA_BATCH_FACTOR = 50
+"""Batches per run that the length-aware samplers sort by length, by default."""
 
 
 def _as_lengths(lengths: Any) -> np.ndarray:
@@ -93,17 +95,13 @@ class _LengthAware(EpochBatchSampler):
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "fingerprint": self._fingerprint()}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if self.mixture is not None and not self.mixture.check_saved(state.get("mixture")):
-            super().load_state_dict(state)  # another mixture, accepted: its next epoch, whatever the lengths
-            return
+    def check_options(self, state: dict[str, Any]) -> None:
         if "fingerprint" in state and state["fingerprint"] != self._fingerprint():
             raise ValueError(
                 f"sampler state was saved from other lengths or options ({state['fingerprint']} != "
                 f"{self._fingerprint()}); resuming would visit other batches. Resume with the same data, "
                 f"{type(self).__name__} options, num_replicas and rank"
             )
-        super().load_state_dict(state)
 
 
 class LengthGroupedBatchSampler(_LengthAware):
@@ -126,7 +124,7 @@ class LengthGroupedBatchSampler(_LengthAware):
         [[5, 6], [7, 48], [49, 50]]
     """
 
-    def __init__(self, lengths: Any, batch_size: int, *, seed: int = 0, mega_batch_factor: int = 50,
+    def __init__(self, lengths: Any, batch_size: int, *, seed: int = 0, mega_batch_factor: int = MEGA_BATCH_FACTOR,
                  drop_last: bool = False, num_replicas: int = 1, rank: int = 0, uneven: str = "pad",
                  order: EpochOrder | None = None) -> None:
         batch_size = check_int("batch_size", batch_size, minimum=1)
@@ -177,7 +175,7 @@ class TokenBudgetBatchSampler(_LengthAware):
         num_replicas, rank, uneven: As above.
     """
 
-    def __init__(self, lengths: Any, max_tokens: int, *, seed: int = 0, mega_batch_factor: int = 50,
+    def __init__(self, lengths: Any, max_tokens: int, *, seed: int = 0, mega_batch_factor: int = MEGA_BATCH_FACTOR,
                  max_batch_size: int | None = None, pad_to_multiple_of: int = 1, oversized: str = "error",
                  num_replicas: int = 1, rank: int = 0, uneven: str = "pad", order: EpochOrder | None = None) -> None:
         max_tokens = check_int("max_tokens", max_tokens, minimum=1)
