@@ -69,9 +69,9 @@ class MixedSource(ColumnarSource):
                    for source in self.sources)
 
     def __getitems__(self, indices: Sequence[int]) -> RowBatch | ColumnBatch:
+        self._read_ahead(indices)
         if self.hands_columns and self.columnar():
             which, within = self.locate(list(indices))
-            self._read_ahead(indices, which)
             try:
                 columns = self._merged_columns(which, within)
             except Exception:  # noqa: BLE001 - the rows path names the failing row, or leaves it out
@@ -86,8 +86,8 @@ class MixedSource(ColumnarSource):
             return batch
         return self._rows(indices)
 
-    def _read_ahead(self, indices: Sequence[int], which: np.ndarray) -> None:
-        """Start each sharded source's reads of its rows of a coming batch (the rows path passes them along)."""
+    def _read_ahead(self, indices: Sequence[int]) -> None:
+        """Start each sharded source's reads of its rows of a coming batch (:attr:`BatchIndices.ahead`)."""
         ahead = getattr(indices, "ahead", None)
         if not ahead:
             return
@@ -116,8 +116,6 @@ class MixedSource(ColumnarSource):
 
     def _rows(self, indices: Sequence[int]) -> RowBatch:
         which, within = self.locate(list(indices))
-        ahead = getattr(indices, "ahead", None)
-        ahead_of = self.locate(ahead) if ahead else None
         rows: list[Any] = [None] * len(which)
         kept = np.ones(len(which), dtype=bool)
         skipped, users = [], [0] * len(which)
@@ -125,8 +123,6 @@ class MixedSource(ColumnarSource):
             places = np.flatnonzero(which == number)
             part = _Indices(within[places].tolist())
             part.rng_seed, part.epoch = getattr(indices, "rng_seed", None), getattr(indices, "epoch", None)
-            if ahead_of is not None:  # a sharded source fetches the row groups of its rows of a coming batch
-                part.ahead = ahead_of[1][ahead_of[0] == number].tolist()
             batch = self.sources[number].__getitems__(part)
             positions = batch.positions if batch.positions is not None else list(part)
             users_read = batch.indices if batch.indices is not None else positions
@@ -185,9 +181,7 @@ def _own_seeds(transform: RowTransform | None, name: str) -> RowTransform | None
 
 
 class _Indices(list):
-    """A source's part of a mixed batch, carrying the batch's seed and epoch to that source's read (and the rows
-    of a coming batch it holds, for a sharded source's read-ahead)."""
+    """A source's part of a mixed batch, carrying the batch's seed and epoch to that source's read."""
 
     rng_seed: int | None = None
     epoch: int | None = None
-    ahead: list[int] | None = None
