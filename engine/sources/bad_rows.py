@@ -158,7 +158,7 @@ class WithSkippedRows:
     __slots__ = ("batch", "skipped", "reader_counts")
 
     def __init__(self, batch: Any, skipped: list[SkippedRow] | None,
-                 reader_counts: dict[str, int] | None = None) -> None:
+                 reader_counts: dict[str, Any] | None = None) -> None:
         self.batch, self.skipped, self.reader_counts = batch, skipped, reader_counts
 
     def with_batch(self, batch: Any) -> WithSkippedRows:

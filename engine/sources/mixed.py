@@ -69,6 +69,32 @@ class MixedSource(ColumnarSource):
                    for source in self.sources)
 
     def __getitems__(self, indices: Sequence[int]) -> RowBatch | ColumnBatch:
+        """The batch at ``indices``; in a loader worker it carries, by name, what each sharded source's reader did
+        since the worker's previous batch (``reader_counts``, for :meth:`add_worker_counts` in the parent)."""
+        sent = {name: (source, source._unsent()) for name, source in self._counted().items()}
+        batch = self._read(indices)
+        counts = {name: new for name, (source, before) in sent.items()
+                  if before is not None and (new := source._since_sent(before))}
+        if counts:
+            batch.reader_counts = counts
+        return batch
+
+    def _counted(self) -> dict[str, ShardedSource]:
+        """The sharded sources by name, one per reader: sources of one corpus share a reader and its counts, which
+        are sent once, under the first one's name."""
+        first: dict[int, tuple[str, ShardedSource]] = {}
+        for name, source in zip(self.names, self.sources):
+            if isinstance(source, ShardedSource):
+                first.setdefault(id(source.reader), (name, source))
+        return dict(first.values())
+
+    def add_worker_counts(self, counts: Mapping[str, dict[str, int]]) -> None:
+        """Add a loader worker's reader counts, ``{name: counts}``, each to its sharded source (the parent's loader
+        iterator calls this as its batches arrive)."""
+        for name, part in counts.items():
+            self.sources[self.names.index(name)].add_worker_counts(part)
+
+    def _read(self, indices: Sequence[int]) -> RowBatch | ColumnBatch:
         self._read_ahead(indices)
         if self.hands_columns and self.columnar():
             which, within = self.locate(list(indices))
@@ -123,7 +149,8 @@ class MixedSource(ColumnarSource):
             places = np.flatnonzero(which == number)
             part = _Indices(within[places].tolist())
             part.rng_seed, part.epoch = getattr(indices, "rng_seed", None), getattr(indices, "epoch", None)
-            batch = self.sources[number].__getitems__(part)
+            source = self.sources[number]  # a sharded source's reads are sent by this __getitems__, once per reader
+            batch = source._read(part) if isinstance(source, ShardedSource) else source.__getitems__(part)
             positions = batch.positions if batch.positions is not None else list(part)
             users_read = batch.indices if batch.indices is not None else positions
             read = iter(zip(batch, positions, users_read))

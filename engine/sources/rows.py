@@ -30,8 +30,9 @@ class RowBatch(list):
     """A mixture's batch: the source of each row (its ``indices`` are rows of that source); None otherwise."""
     skipped: list[SkippedRow] | None = None
     """Rows left out because their read failed (``on_error='skip'`` or ``'warn'``); None when all read."""
-    reader_counts: dict[str, int] | None = None
-    """In a loader worker reading shards: its reader's counts since its previous batch, for the parent."""
+    reader_counts: dict[str, Any] | None = None
+    """In a loader worker reading shards: its reader's counts since its previous batch, for the parent's source
+    (``add_worker_counts``); a mixture's are ``{name: counts}`` of its sharded sources."""
 
 
 class MapSource(Dataset):

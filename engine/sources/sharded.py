@@ -162,18 +162,24 @@ class ShardedSource(ColumnarSource):
             self._sent = (os.getpid(), Counter(self.reader.stats))
         return self._sent[1]
 
+    def _since_sent(self, sent: Counter[str]) -> dict[str, int]:
+        """The reader's counts since ``sent`` (from :meth:`_unsent`, taken before the batch's reads began), which
+        then holds them as sent: a worker's counts since its previous batch, each count sent once."""
+        now = dict(self.reader.stats)  # a copy first: read-ahead threads add to the counts meanwhile
+        new = {key: value - sent[key] for key, value in now.items() if value != sent[key]}
+        sent.update(new)
+        return new
+
     def __getitems__(self, indices: Sequence[int]) -> Any:
         sent = self._unsent()
         batch = self._read(indices)
-        if sent is not None:
-            now = dict(self.reader.stats)  # a copy first: read-ahead threads add to the counts meanwhile
-            new = {key: value - sent[key] for key, value in now.items() if value != sent[key]}
-            if new:
-                sent.update(new)
-                batch.reader_counts = new
+        if sent is not None and (new := self._since_sent(sent)):
+            batch.reader_counts = new
         return batch
 
     def _read(self, indices: Sequence[int]) -> Any:
+        """The rows at ``indices``, their reads not sent to the parent (:meth:`__getitems__` and a mixture's
+        ``__getitems__`` send them)."""
         # The batch's row groups first: a shard that fails to read (after its retries), changed or went is raised
         # as it is, naming the shard, rather than searched for row by row (each row would retry the fetch again).
         for group in self._groups(self.corpus_rows(list(indices))):

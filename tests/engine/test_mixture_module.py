@@ -252,6 +252,66 @@ def test_a_sharded_source_mixes_reading_its_row_groups_in_turn(tmp_path):
     assert docs_of(make(2)) == batches
 
 
+def kept(row):
+    """A per-row transform that changes nothing: a mixture with a transform reads its sources as rows."""
+    return row
+
+
+def sharded_mixture(tmp_path, data, workers, path):
+    """A module mixing ``data`` (sharded sources, by name) half and half, read as columns or (``path='rows'``, with a
+    transform) as rows."""
+    transform = {"train_transform": kept} if path == "rows" else {}
+    dm = UniversalDataModule(data, task_spec=CORPUS_SPEC, batch_size=16, seed=3, num_workers=workers,
+                             mix={name: 1 / len(data) for name in data}, **transform)
+    dm.setup("fit")
+    assert dm.datasets["train"].columnar() == (path == "columns")
+    return dm
+
+
+def shard_reads_of_an_epoch(dm):
+    """``dm``'s shard counts before and after one epoch of its train loader, and the docs it served."""
+    loader = dm.train_dataloader()
+    dm.report()  # its first call reads the first batch in this process, after taking the counts
+    before = dm.report().numbers["shards"]
+    served = [int(doc) for batch in loader for doc in batch["doc"]]
+    return before, dm.report().numbers["shards"], served
+
+
+@pytest.mark.parametrize("path", ["columns", "rows"])
+def test_loader_workers_send_each_sharded_source_s_reads_by_name(tmp_path, path):
+    write_corpus(tmp_path / "web", files=2, rows_per_file=80, row_group_rows=40)  # 4 row groups
+    write_corpus(tmp_path / "code", files=1, rows_per_file=160, row_group_rows=20, seed=1)  # 8 row groups
+
+    def make(workers):
+        cache = tmp_path / f"cache-{workers}"  # empty: each row group read is fetched once, by some process
+        return sharded_mixture(tmp_path, {name: Shards(str(tmp_path / name), cache_dir=str(cache / name),
+                                                       shuffle_window=40) for name in ("web", "code")}, workers, path)
+
+    _, alone, _ = shard_reads_of_an_epoch(make(0))
+    before, after, served = shard_reads_of_an_epoch(make(2))
+    assert sorted(served) == sorted([*range(160), *range(160)])  # every row group of both corpora is read
+    for name, groups in (("web", 4), ("code", 8)):
+        reads, own = after[f"train {name!r}"], before[f"train {name!r}"]
+        assert reads["process"] == own["process"]  # the parent read no batch
+        assert alone[f"train {name!r}"]["process"]["fetched"] == groups
+        assert reads["workers"]["fetched"] + own["process"]["fetched"] == groups
+        assert reads["workers"]["cache_hits"] > 0 and reads["workers"]["bytes_fetched"] > 0
+
+
+def test_sources_of_one_corpus_send_its_reads_once(tmp_path):
+    from engine.sources.sharded import ShardedSource
+
+    write_corpus(tmp_path / "corpus", files=2, rows_per_file=80, row_group_rows=40)  # 4 row groups
+    corpus = ShardedSource.from_shards(Shards(str(tmp_path / "corpus"), cache_dir=str(tmp_path / "cache")))
+    before, after, served = shard_reads_of_an_epoch(sharded_mixture(tmp_path, {"a": corpus, "b": corpus}, 2,
+                                                                    "columns"))
+    assert sorted(served) == sorted([*range(160), *range(160)])
+    assert list(after) == ["train 'a', train 'b'"]  # one reader, listed once
+    reads, own = after["train 'a', train 'b'"], before["train 'a', train 'b'"]
+    assert reads["process"] == own["process"]
+    assert reads["workers"]["fetched"] + own["process"]["fetched"] == 4
+
+
 def test_a_row_that_fails_to_collate_is_named_by_its_source_and_row():
     data = {"web": Tagged(1, 20), "code": Tagged(99, 20)}  # code's token 99 is past the vocabulary of 64
     dm = module({"web": 0.5, "code": 0.5}, data=data, batch_size=4)
