@@ -77,6 +77,12 @@ def worker_processes(iterator: Any) -> list[Any]:
     return list(getattr(iterator, "_workers", None) or [])
 
 
+def raised_in_worker(error: BaseException) -> bool:
+    """Whether ``error`` is a worker's own exception that the loader raised again in this process (the worker
+    lives on). torch 2.9: ``ExceptionWrapper.reraise`` writes "Caught <type> in DataLoader worker process <n>"."""
+    return str(error).startswith("Caught ") and "in DataLoader worker process" in str(error).split("\n", 1)[0]
+
+
 def shuts_down_workers(candidate: Any) -> bool:
     """Whether ``candidate`` is a loader iterator that can shut its workers down. torch 2.9: ``_shutdown_workers``."""
     return callable(getattr(candidate, "_shutdown_workers", None))

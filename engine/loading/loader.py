@@ -27,8 +27,10 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from engine.collation.handoff import widen_result_pipe
 from engine.core.compat import (
     WatchesItsIterator,
+    forget_iterator,
     iterator_finished,
     live_iterator,
+    raised_in_worker,
     sampler_state_of,
     saved_num_workers,
     shutdown_workers,
@@ -214,6 +216,7 @@ class CheckedBatches:
 
     def __init__(self, batches: Any, loader: Any) -> None:
         self._batches, self._report, self._dataset = batches, loader.skipped, loader.dataset
+        self._loader = weakref.ref(loader)
         self._split = getattr(loader.dataset, "role", "data")
         replicas = getattr(loader.batch_sampler, "num_replicas", 1)
         self._rows_in_pass = -(-len(loader.dataset) // replicas)
@@ -236,20 +239,43 @@ class CheckedBatches:
                     self._dataset.add_worker_counts(batch.reader_counts)
                 batch = batch.batch
             return batch
-        except (RuntimeError, OSError, EOFError) as error:
-            if isinstance(error, RuntimeError) and not str(error).startswith("DataLoader worker"):
-                raise
-            workers = worker_processes(self._batches)
-            unregister_worker_pids(self._batches)  # from here on, torch's SIGCHLD handler raises nothing for this pass
-            if not isinstance(error, RuntimeError):  # a batch whose worker died before its shared memory was fetched
-                dead = dead_workers(workers)
-                if not dead:
-                    raise
-                error = RuntimeError(f"DataLoader worker (pid(s) {', '.join(str(w.pid) for w in dead)}) exited "
-                                     f"before its batch was received: {type(error).__name__}: {error}")
-            message = worker_death(self._split, workers, error)
-            shutdown_workers(self._batches, after_a_death=True)
-            raise RuntimeError(message) from error
+        except StopIteration:
+            raise
+        except BaseException as error:
+            death = self._death(error)
+            self._stop()
+            if death is not None:
+                raise RuntimeError(death) from error
+            raise
+
+    def _death(self, error: BaseException) -> str | None:
+        """The message naming the split and the likely fix when ``error`` means a worker died, else None. The
+        workers' pids leave torch's SIGCHLD handler first, which from then on raises nothing for this pass."""
+        if not isinstance(error, (RuntimeError, OSError, EOFError)) or raised_in_worker(error):
+            return None
+        if isinstance(error, RuntimeError) and not str(error).startswith("DataLoader worker"):
+            return None
+        workers = worker_processes(self._batches)
+        unregister_worker_pids(self._batches)
+        if not isinstance(error, RuntimeError):  # a batch whose worker died before its shared memory was fetched
+            dead = dead_workers(workers)
+            if not dead:
+                return None
+            error = RuntimeError(f"DataLoader worker (pid(s) {', '.join(str(w.pid) for w in dead)}) exited "
+                                 f"before its batch was received: {type(error).__name__}: {error}")
+        return worker_death(self._split, workers, error)
+
+    def _stop(self) -> None:
+        """Stop the workers of a pass that raised, before the error reaches the caller, whose traceback keeps this
+        iterator alive: left running, they would be stopped only when a later garbage collection reaches it,
+        which waits torch's 5 s per worker, in unrelated code. The loader's next ``iter()`` starts new workers,
+        from the position before the failed batch."""
+        if not shuts_down_workers(self._batches) or not worker_processes(self._batches):
+            return
+        shutdown_workers(self._batches)
+        loader = self._loader()
+        if loader is not None and live_iterator(loader) is self._batches:
+            forget_iterator(loader)
 
     def __len__(self) -> int:
         return len(self._batches)

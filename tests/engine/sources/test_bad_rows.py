@@ -389,3 +389,27 @@ def test_a_split_view_is_measured_row_by_row_in_its_own_positions():
     dm.setup()
     measured = lengths_of(dm.datasets["train"], "input_ids").tolist()
     assert measured == [1 if index in BAD else 1 + index % 6 for index in dm.split_plan.train.tolist()]
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_an_error_out_of_the_workers_stops_them_and_the_next_pass_goes_on_from_the_failed_batch(persistent):
+    # The caller's traceback keeps the raising iterator alive: workers left running would be stopped only when a
+    # later garbage collection reaches it, after torch's 5 s join per worker, in unrelated code.
+    dm = module(Rows(bad=(13,)), val_split=0, shuffle=False, num_workers=2, persistent_workers=persistent)
+    loader = dm.train_dataloader()
+    batches = iter(loader)
+    workers = list(batches._workers)
+    served = []
+    with no_hang(), pytest.raises(OSError, match=r"reading row 13 of the train data failed") as raised:
+        for batch in batches:
+            served.append(rows_of(batch))
+    assert [row for batch in served for row, _ in batch] == list(range(12))
+    assert not any(worker.is_alive() for worker in workers), raised.value
+    state = loader.state_dict()  # the position before the failed batch: the rest of the epoch is not lost
+    repaired = module(Rows(bad=()), val_split=0, shuffle=False, num_workers=2).train_dataloader()
+    repaired.load_state_dict(state)
+    assert [row for batch in repaired for row, _ in rows_of(batch)] == list(range(12, 20))
+    again = iter(loader)
+    assert list(again._workers) and not set(again._workers) & set(workers)  # new workers
+    with no_hang(), pytest.raises(OSError, match=r"reading row 13 of the train data failed"):
+        next(again)  # the pass goes on from its failed batch (rows 12..15), not from a new epoch
