@@ -15,6 +15,7 @@ import torch
 
 from collators import _text_options as opts
 from collators._extra import collate_extra
+from collators._generator import OwnGenerator
 from collators._text_batch import ColumnInputs, RowInputs, batch_inputs
 from collators._text_checks import check_range
 from collators._text_inputs import check_same_lengths, flatten_ids, mixed_targets_error, tokenize_column
@@ -29,7 +30,7 @@ PACKED_FIELDS = ("input_ids", "labels", "position_ids", "cu_seq_lens_q", "cu_seq
 """The keys of every packed batch, as ``DataCollatorWithFlattening(return_flash_attn_kwargs=True)`` names them."""
 
 
-class PackedCollator:
+class PackedCollator(OwnGenerator):
     """Concatenate a batch of documents into one sequence with no cross-document attention fields.
 
     Output (``n`` documents, ``T`` tokens in all, no padding):

@@ -10,6 +10,7 @@ import torch
 
 from collators import _text_options as opts
 from collators._extra import collate_extra
+from collators._generator import OwnGenerator
 from collators._kernels import TOKEN_DTYPES, first_span_outside, pad_spans, repad_rows, write_mask
 from collators._padding import PaddingLayout, check_padding_side, padded_length
 from collators._text_batch import ColumnInputs, RaggedColumn, RowInputs, SpanColumn, batch_inputs
@@ -20,7 +21,7 @@ from task_spec import TaskSpec
 __all__ = ["RaggedColumn", "SpanColumn", "TextCollator", "create_text_collator"]
 
 
-class TextCollator:
+class TextCollator(OwnGenerator):
     """Pad token rows into a batch and build the labels of the task (causal/masked LM, classification, seq2seq...).
 
     Rows are dicts with ``input_ids`` (list, 1-D tensor or 1-D numpy array of ints), or raw text under

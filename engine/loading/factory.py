@@ -263,10 +263,39 @@ def _check_sendable(what: str, value: Any, kwargs: dict[str, Any]) -> None:
     if _forks(kwargs):
         return
     try:
-        pickle.dumps(value)
+        _SendCheck(_Discard()).dump(value)
+    except _HoldsGenerator:
+        raise TypeError(
+            f"num_workers={kwargs['num_workers']} with the '{method}' start method sends the {what} to each "
+            f"worker by pickling, but it holds a torch.Generator, which torch.multiprocessing cannot send to a "
+            f"worker it starts (the generator's state travels as a temporary shared-memory tensor, freed before "
+            f"the worker opens it: 'unable to resize file'). Keep a seed and build the generator in the worker, "
+            f"pickle the generator's state as bytes (__getstate__), or use the 'fork' start method"
+        ) from None
     except Exception as error:  # pickle raises several types; all mean the same here
         raise TypeError(
             f"num_workers={kwargs['num_workers']} with the '{method}' start method sends the {what} to each "
             f"worker by pickling, but it cannot be pickled ({type(error).__name__}: {error}). Define it at "
             f"module level (no lambdas or local classes), or use num_workers=0"
         ) from error
+
+
+class _HoldsGenerator(Exception):
+    """Raised by :class:`_SendCheck` at the first ``torch.Generator`` it meets."""
+
+
+class _SendCheck(pickle.Pickler):
+    """Pickles what a started worker would receive, stopping at a ``torch.Generator``, which torch pickles with its
+    state as a tensor that ``torch.multiprocessing`` shares by a descriptor closed before the worker opens it."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, torch.Generator):
+            raise _HoldsGenerator
+        return NotImplemented
+
+
+class _Discard:
+    """A file that drops what is written: the check needs the pickling, not its bytes."""
+
+    def write(self, data: bytes) -> int:
+        return len(data)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import pickle
 import tempfile
 from pathlib import Path
 
@@ -152,6 +153,15 @@ class TestMaskedLM:
         other = self.collate()(rows, generator=torch.Generator().manual_seed(8))
         assert torch.equal(first["labels"], again["labels"]) and torch.equal(first["input_ids"], again["input_ids"])
         assert not torch.equal(first["labels"], other["labels"])
+
+    def test_a_pickled_collator_draws_on_from_its_own_generator(self):
+        """Its generator crosses as its state's bytes (a spawned worker gets the state it had)."""
+        rows = [{"input_ids": list(range(10, 60))}]
+        collate = self.collate()
+        collate(rows)
+        clone = pickle.loads(pickle.dumps(collate))
+        ours, theirs = collate(rows), clone(rows)
+        assert torch.equal(ours["labels"], theirs["labels"]) and torch.equal(ours["input_ids"], theirs["input_ids"])
 
 
 class TestChecks:

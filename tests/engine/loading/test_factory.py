@@ -20,6 +20,16 @@ class RandomPerRow(Dataset):
                              int(torch.randint(0, 10**6, ()))])
 
 
+class StacksWithOwnGenerator:
+    """A collate function that keeps a torch.Generator, as a user's augmenting collator may."""
+
+    def __init__(self):
+        self.generator = torch.Generator().manual_seed(0)
+
+    def __call__(self, rows):
+        return torch.stack([row[0] for row in rows])
+
+
 class Counting(IterableDataset):
     def __iter__(self):
         return iter(torch.arange(6).split(1))
@@ -75,6 +85,11 @@ class TestCreateDataloader:
     def test_unpicklable_collate_fn_under_spawn_fails_at_creation(self):
         config = DataLoaderConfig(num_workers=1, multiprocessing_context="spawn", collate_fn=lambda rows: rows)
         with pytest.raises(TypeError, match="with the 'spawn' start method sends the collate_fn"):
+            DataLoaderFactory().create_dataloader(TensorDataset(torch.arange(4)), config)
+
+    def test_a_collate_fn_holding_a_generator_under_spawn_fails_at_creation(self):
+        config = DataLoaderConfig(num_workers=1, multiprocessing_context="spawn", collate_fn=StacksWithOwnGenerator())
+        with pytest.raises(TypeError, match="sends the collate_fn to each worker by pickling, but it holds a torch"):
             DataLoaderFactory().create_dataloader(TensorDataset(torch.arange(4)), config)
 
     def test_config_of_wrong_type(self):
