@@ -257,9 +257,13 @@ class Rows(list):
     role = "train"
 
 
+class Loader(types.SimpleNamespace):
+    """What CheckedBatches reads of its loader (which it holds by a weak reference)."""
+
+
 def test_a_batch_lost_with_its_dead_worker_is_named_as_the_death():
     batches = LostBatch([Exited(101, None), Exited(102, -9)])
-    checked = CheckedBatches(batches, types.SimpleNamespace(dataset=Rows(range(8)), batch_sampler=None, skipped=None))
+    checked = CheckedBatches(batches, Loader(dataset=Rows(range(8)), batch_sampler=None, skipped=None))
     expected = (r"a worker process of the train loader died: worker 1 \(pid 102\) was killed by SIGKILL "
                 r"\(DataLoader worker \(pid\(s\) 102\) exited before its batch was received: ConnectionResetError: "
                 r".*Connection reset by peer\)")
@@ -270,7 +274,7 @@ def test_a_batch_lost_with_its_dead_worker_is_named_as_the_death():
 
 def test_a_connection_error_with_every_worker_alive_is_not_called_a_death():
     batches = LostBatch([Exited(101, None)])
-    checked = CheckedBatches(batches, types.SimpleNamespace(dataset=Rows(range(8)), batch_sampler=None, skipped=None))
+    checked = CheckedBatches(batches, Loader(dataset=Rows(range(8)), batch_sampler=None, skipped=None))
     with pytest.raises(ConnectionResetError):
         next(checked)
 

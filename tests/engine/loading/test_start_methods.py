@@ -27,7 +27,6 @@ def batches(data, spec, workers=0, context=None):
 
 
 @pytest.mark.parametrize(("data", "spec", "context"), [
-    (token_tensors, TaskSpec.lm_tiny, "spawn"),
     (hf_rows, TaskSpec.mlm_tiny, "spawn"),
     (token_tensors, TaskSpec.mlm_tiny, "forkserver"),
 ])
