@@ -41,6 +41,53 @@ check_versions()
 # --- torch's DataLoader iterators -------------------------------------------------------------------------------
 
 
+def worker_iterator(loader: Any) -> Any:
+    """A :class:`WorkerProcessIterator` of ``loader`` (num_workers > 0), from its pending state, as torchdata's
+    ``StatefulDataLoader._get_iterator`` builds its own. torchdata 0.11: ``next_iter_state``,
+    ``check_worker_number_rationality``."""
+    loader.check_worker_number_rationality()
+    iterator = WorkerProcessIterator(loader, loader.next_iter_state)
+    loader.next_iter_state = None
+    return iterator
+
+
+def _worker_iterator_class() -> type:
+    from torchdata.stateful_dataloader.stateful_dataloader import _StatefulMultiProcessingDataLoaderIter
+
+    return _StatefulMultiProcessingDataLoaderIter
+
+
+class WorkerProcessIterator(_worker_iterator_class()):  # type: ignore[misc]
+    """torchdata's iterator over worker processes, whose shutdown does not wait on workers it can no longer reach.
+
+    An iterator that a garbage collection finds in a reference cycle (a kept traceback, a notebook's last error)
+    has its index queues finalized before its own ``__del__`` runs: the "stop" it then sends its workers never
+    leaves the process, and torch waits 5 s per worker before killing them, in whatever code triggered the
+    collection. Such workers are idle (the pass was dropped): they are stopped at once instead. torchdata 0.11:
+    ``_workers``, ``_index_queues`` (``multiprocessing.Queue._close``, the finalizer of its feeder thread),
+    ``_shutdown``, ``_worker_pids_set`` and ``_utils.python_exit_status``."""
+
+    def _shutdown_workers(self) -> None:
+        from torch.utils.data import _utils
+
+        if not self._shutdown and _utils.python_exit_status is False:
+            cut_off = [worker for worker, queue in zip(self._workers, self._index_queues)
+                       if not _feeds(queue) and worker.is_alive()]
+            if cut_off:
+                unregister_worker_pids(self)  # torch's SIGCHLD handler would raise for them wherever the GC ran
+                for worker in cut_off:
+                    worker.terminate()
+        super()._shutdown_workers()
+
+
+def _feeds(queue: Any) -> bool:
+    """Whether a put on ``queue`` still reaches its reader: its feeder thread was never started, or was not
+    finalized. Python 3.11: ``multiprocessing.Queue._close``, a ``util.Finalize``."""
+    close = getattr(queue, "_close", None)
+    return close is None or close.still_active()
+
+
+
 class WatchesItsIterator:
     """Mixin of a ``DataLoader`` subclass: ``_iterator`` (the DataLoader's slot for its live iterator, which
     Lightning sets to None at the end of ``fit``) as a property, so the loader sees its pass dropped and can keep

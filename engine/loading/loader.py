@@ -37,6 +37,7 @@ from engine.core.compat import (
     shuts_down_workers,
     steps_since_snapshot,
     unregister_worker_pids,
+    worker_iterator,
     worker_processes,
 )
 from engine.core.distributed import stop_together
@@ -107,6 +108,11 @@ class ResumableLoader(WatchesItsIterator, StatefulDataLoader):
 
     def _dropped(self, iterator: Any) -> None:
         self.executor.dropped(iterator)
+
+    def _get_iterator(self) -> Any:
+        """torchdata's iterator, one whose shutdown never waits on workers it cannot reach when over workers
+        (:class:`~engine.core.compat.WorkerProcessIterator`)."""
+        return worker_iterator(self) if self.num_workers else super()._get_iterator()
 
     def state_dict(self) -> dict[str, Any]:
         return self.executor.state_dict()

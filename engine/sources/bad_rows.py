@@ -56,6 +56,7 @@ def first_readable(read: Any, count: int, what: str, on_error: str) -> int:
         except Exception as error:  # the user's data: any exception of its reader
             first_error = first_error or error
             continue
+        first_error = None  # its traceback holds this frame and the callers': a cycle that only a collection frees
         return index
     if first_error is None:
         return 0
