@@ -59,6 +59,9 @@ class MixtureOrder:
         self.means = [max(float(one.mean()), 1.0) if len(one) else 1.0 for one in self.lengths] \
             if self.lengths is not None else None
         self._plans: dict[int, EpochPlan] = {}
+        """The latest epochs' plans (two: each epoch's plan starts where the one before ended)."""
+        self._epoch_expected: dict[int, np.ndarray] = {}
+        """Per epoch whose plan was let go: the rows its weights asked for over the whole epoch, for the summary."""
         self._orders: dict[int, np.ndarray] = {}
         self.meter = ServedMeter(self)
         self._origin = (0, 0)
@@ -123,11 +126,10 @@ class MixtureOrder:
     def _expected_rows(self, epoch: int, position: int) -> np.ndarray:
         """Rows (or, by tokens, token shares times rows) the weights asked for up to ``position`` of ``epoch``."""
         expected = self._expected_before.copy()
-        for number in range(self._origin[0] if epoch >= self._origin[0] else 0, epoch + 1):
-            plan = self.plan(number)
-            blocks = len(plan.counts) if number < epoch else min(position, len(plan.counts))
-            expected += (plan.weights[:blocks] * plan.counts[:blocks].sum(axis=1, keepdims=True)).sum(axis=0)
-        return expected
+        for number in range(self._origin[0] if epoch >= self._origin[0] else 0, epoch):
+            expected += self._epoch_expected[number] if number in self._epoch_expected else _expected(
+                self.plan(number), None)
+        return expected + _expected(self.plan(epoch), position)
 
     def _check_served(self, served: Any, names: list[str] | None = None) -> None:
         names = list(self.mixture.names) if names is None else names
@@ -159,7 +161,7 @@ class MixtureOrder:
             raise ValueError(f"sampler state's mixture step should be an integer >= 0, but got {step!r}; the state "
                              f"was not saved by this engine")
         self._origin = (epoch, step)
-        self._plans, self._orders = {}, {}
+        self._plans, self._orders, self._epoch_expected = {}, {}, {}
         self._expected_before = self._served_of(saved)[0].astype(np.float64)
 
     @property
@@ -219,9 +221,18 @@ class MixtureOrder:
                 starts = tuple(int(start + total) if self.mixture.passes(name) is None else 0
                                for start, total, name in zip(before.starts, totals, self.mixture.names))
             self._plans[number] = walk(self, number, start_step, starts)
-        return self._plans[epoch]
+        plan = self._plans[epoch]
+        for number in sorted(self._plans)[:-2]:  # the summary keeps what it needs of older epochs: one row a source
+            self._epoch_expected[number] = _expected(self._plans.pop(number), None)
+        return plan
 
     def _new_draws(self, epoch: int, starts: tuple[int, ...]) -> list[Draws]:
         return [Draws(self.seed, name, int(size), start, None if self.mixture.passes(name) is None else epoch,
                        self.lengths[index] if self.lengths is not None else None, self.within[index])
                 for index, (name, size, start) in enumerate(zip(self.mixture.names, self.sizes, starts))]
+
+
+def _expected(plan: EpochPlan, blocks: int | None) -> np.ndarray:
+    """Rows per source that ``plan``'s weights asked for over its first ``blocks`` blocks (None: all of them)."""
+    blocks = len(plan.counts) if blocks is None else min(blocks, len(plan.counts))
+    return (plan.weights[:blocks] * plan.counts[:blocks].sum(axis=1, keepdims=True)).sum(axis=0)

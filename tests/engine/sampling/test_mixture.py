@@ -148,3 +148,18 @@ def test_an_epoch_that_would_never_end_is_refused():
 def test_mixing_by_tokens_needs_lengths():
     with pytest.raises(ValueError, match="by='tokens'.*mix by='rows'"):
         MixtureOrder(Mixture({"a": 1}, by="tokens"), [10], block=4, seed=0)
+
+
+def test_an_order_keeps_two_epochs_plans_and_the_summary_still_counts_every_epoch():
+    mixture = Mixture({"a": 0.7, "b": 0.3}, schedule=[(12, {"a": 0.2, "b": 0.8})], exhaust={"a": "cycle", "b": "cycle"})
+    order = MixtureOrder(mixture, [40, 30], block=10, seed=2)
+    for epoch in range(6):
+        order.order(epoch)
+        assert len(order._plans) <= 2  # the parent's memory does not grow with the epochs
+    fresh = MixtureOrder(mixture, [40, 30], block=10, seed=2)
+    asked = sum(((plan.weights * plan.counts.sum(axis=1, keepdims=True)).sum(axis=0)
+                 for plan in (fresh.plan(epoch) for epoch in range(5))), np.zeros(2))
+    partial = fresh.plan(5)
+    asked = asked + (partial.weights[:3] * partial.counts[:3].sum(axis=1, keepdims=True)).sum(axis=0)
+    np.testing.assert_allclose(order._expected_rows(5, 3), asked)
+    assert order.plan(1).counts.tolist() == MixtureOrder(mixture, [40, 30], block=10, seed=2).plan(1).counts.tolist()
