@@ -1,29 +1,14 @@
 """The worker processes of a pass that a garbage collection finds in a reference cycle (a kept traceback, a
 notebook's last error) are stopped at once, not after torch's wait of its status interval per worker."""
 
-import contextlib
 import gc
-import signal
 
 import torch
 from torch.utils.data import _utils
 
 from engine import UniversalDataModule
 from task_spec import TaskSpec
-
-
-@contextlib.contextmanager
-def alarm(seconds):
-    def hung(signum, frame):
-        raise TimeoutError(f"still waiting after {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+from tests.engine.sources.test_bad_rows import no_hang
 
 
 def test_the_workers_of_a_pass_in_a_reference_cycle_are_stopped_by_the_collection(monkeypatch):
@@ -39,7 +24,7 @@ def test_the_workers_of_a_pass_in_a_reference_cycle_are_stopped_by_the_collectio
     gc.disable()
     try:
         del dm, batches, cycle
-        with alarm(60):
+        with no_hang():
             gc.collect()
     finally:
         gc.enable()

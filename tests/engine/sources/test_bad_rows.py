@@ -239,7 +239,7 @@ class KilledAtRow21(torch.utils.data.Dataset):
 def no_hang(seconds=60):
     """A hang fails the test with TimeoutError instead of blocking the suite."""
     def hung(signum, frame):
-        raise TimeoutError("the loader hung after its worker was killed")
+        raise TimeoutError(f"the loader still waited after {seconds} s")
 
     previous = signal.signal(signal.SIGALRM, hung)
     signal.alarm(seconds)
