@@ -41,16 +41,6 @@ check_versions()
 # --- torch's DataLoader iterators -------------------------------------------------------------------------------
 
 
-def worker_iterator(loader: Any) -> Any:
-    """A :class:`WorkerProcessIterator` of ``loader`` (num_workers > 0), from its pending state, as torchdata's
-    ``StatefulDataLoader._get_iterator`` builds its own. torchdata 0.11: ``next_iter_state``,
-    ``check_worker_number_rationality``."""
-    loader.check_worker_number_rationality()
-    iterator = WorkerProcessIterator(loader, loader.next_iter_state)
-    loader.next_iter_state = None
-    return iterator
-
-
 def _worker_iterator_class() -> type:
     from torchdata.stateful_dataloader.stateful_dataloader import _StatefulMultiProcessingDataLoaderIter
 
@@ -78,6 +68,20 @@ class WorkerProcessIterator(_worker_iterator_class()):  # type: ignore[misc]
                 for worker in cut_off:
                     worker.terminate()
         super()._shutdown_workers()
+
+
+class BuildsWorkerProcessIterators:
+    """Mixin of a ``StatefulDataLoader`` subclass: its iterator over worker processes is a
+    :class:`WorkerProcessIterator`, built from the loader's pending state as torchdata builds its own. torchdata
+    0.11: ``_get_iterator``, ``next_iter_state``, ``check_worker_number_rationality``."""
+
+    def _get_iterator(self) -> Any:
+        if not self.num_workers:
+            return super()._get_iterator()
+        self.check_worker_number_rationality()
+        iterator = WorkerProcessIterator(self, self.next_iter_state)
+        self.next_iter_state = None
+        return iterator
 
 
 def _feeds(queue: Any) -> bool:

@@ -26,6 +26,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from engine.collation.handoff import widen_result_pipe
 from engine.core.compat import (
+    BuildsWorkerProcessIterators,
     WatchesItsIterator,
     forget_iterator,
     iterator_finished,
@@ -37,7 +38,6 @@ from engine.core.compat import (
     shuts_down_workers,
     steps_since_snapshot,
     unregister_worker_pids,
-    worker_iterator,
     worker_processes,
 )
 from engine.core.distributed import stop_together
@@ -67,7 +67,7 @@ class Executor(Protocol):
         """Continue from ``state_dict`` at the next ``start_pass``."""
 
 
-class ResumableLoader(WatchesItsIterator, StatefulDataLoader):
+class ResumableLoader(WatchesItsIterator, BuildsWorkerProcessIterators, StatefulDataLoader):
     """A ``StatefulDataLoader`` whose batches ``executor`` makes, and whose position survives its iterator being
     dropped.
 
@@ -108,11 +108,6 @@ class ResumableLoader(WatchesItsIterator, StatefulDataLoader):
 
     def _dropped(self, iterator: Any) -> None:
         self.executor.dropped(iterator)
-
-    def _get_iterator(self) -> Any:
-        """torchdata's iterator, one whose shutdown never waits on workers it cannot reach when over workers
-        (:class:`~engine.core.compat.WorkerProcessIterator`)."""
-        return worker_iterator(self) if self.num_workers else super()._get_iterator()
 
     def state_dict(self) -> dict[str, Any]:
         return self.executor.state_dict()
