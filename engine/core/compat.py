@@ -91,7 +91,6 @@ def _feeds(queue: Any) -> bool:
     return close is None or close.still_active()
 
 
-
 class WatchesItsIterator:
     """Mixin of a ``DataLoader`` subclass: ``_iterator`` (the DataLoader's slot for its live iterator, which
     Lightning sets to None at the end of ``fit``) as a property, so the loader sees its pass dropped and can keep
