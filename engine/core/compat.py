@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 from packaging.version import Version
+from torch.utils.data import _utils as torch_data_utils
 
 SUPPORTED: dict[str, tuple[str, str]] = {
     "torch": ("2.9", "2.10"),
@@ -58,9 +59,8 @@ class WorkerProcessIterator(_worker_iterator_class()):  # type: ignore[misc]
     ``_shutdown``, ``_worker_pids_set`` and ``_utils.python_exit_status``."""
 
     def _shutdown_workers(self) -> None:
-        from torch.utils.data import _utils
-
-        if not self._shutdown and _utils.python_exit_status is False:
+        # torch's module, imported with this one: an import here fails once the interpreter is shutting down
+        if not self._shutdown and torch_data_utils.python_exit_status is False:
             cut_off = [worker for worker, queue in zip(self._workers, self._index_queues)
                        if not _feeds(queue) and worker.is_alive()]
             if cut_off:

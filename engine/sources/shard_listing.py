@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from engine.core.checks import check_int
+from engine.sources.s3_store import ArrowS3, arrow_options
 
 SHARD_SUFFIXES = {".parquet": "parquet", ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow"}
 """The file kinds a shard may be, by suffix: Parquet, or Arrow IPC (the file or the stream format)."""
@@ -137,12 +138,19 @@ class ShardListing:
 
 
 def filesystem(shards: Shards, *, own_retries: bool = False) -> tuple[Any, list[str]]:
-    """``(fsspec filesystem, paths)`` of ``shards``' URLs (one store for all of them).
+    """``(filesystem, paths)`` of ``shards``' URLs (one store for all of them): ``s3://`` through pyarrow's S3
+    client (:class:`~engine.sources.s3_store.ArrowS3`) when every storage option has an equivalent there, else
+    through ``fsspec`` (s3fs, gcsfs, adlfs, ...).
 
     ``own_retries``: a filesystem of its own (not fsspec's shared instance) that makes each request once, for a
-    caller that retries and counts attempts itself (s3fs would otherwise retry some errors unseen)."""
+    caller that retries and counts attempts itself (the client would otherwise retry some errors unseen)."""
     import fsspec
 
+    urls = shards.url_list
+    arrow = arrow_options(shards.storage_options) if all(url.lower().startswith("s3://") for url in urls) else None
+    if arrow is not None:
+        paths = [url.split("://", 1)[1] for url in urls]
+        return ArrowS3(arrow, paths[0].split("/", 1)[0], retries=0 if own_retries else None), paths
     options = dict(shards.storage_options or {}, **({"skip_instance_cache": True} if own_retries else {}))
     systems, paths = [], []
     for url in shards.url_list:
@@ -227,9 +235,9 @@ def _read_footer(system: Any, path: str, kind: str) -> tuple[list[int], Any, int
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    info = system.info(path)
-    size, version = int(info.get("size") or 0), file_version(info)
     with system.open(path, "rb") as handle:
+        info = opened_info(system, path, handle)
+        size, version = int(info.get("size") or 0), file_version(info)
         if kind == "parquet":
             metadata = pq.ParquetFile(handle).metadata
             FOOTERS[(path, version)] = metadata
@@ -241,6 +249,16 @@ def _read_footer(system: Any, path: str, kind: str) -> tuple[list[int], Any, int
         batches = [reader.get_batch(i) for i in range(reader.num_record_batches)] if isinstance(
             reader, pa.ipc.RecordBatchFileReader) else list(reader)
         return [batch.num_rows for batch in batches], reader.schema, size, version
+
+
+def opened_info(system: Any, path: str, handle: Any) -> dict[str, Any]:
+    """The info of ``path``, open as ``handle``: from the headers its opening read where the handle keeps them
+    (pyarrow's S3 files as ``metadata()``, fsspec's buffered files as ``details``), else the filesystem's (a local
+    file's stat). One request fewer per shard opened in object storage."""
+    if isinstance(system, ArrowS3):
+        return system.opened_info(path, handle)
+    details = getattr(handle, "details", None)
+    return details if isinstance(details, dict) and details.get("size") is not None else system.info(path)
 
 
 def open_ipc(handle: Any) -> Any:

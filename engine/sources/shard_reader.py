@@ -21,13 +21,14 @@ import os
 import time
 import uuid
 from collections import Counter, OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from engine.sources import shard_decode
-from engine.sources.shard_listing import FOOTERS, ShardListing, file_version, filesystem, open_ipc
+from engine.sources.s3_store import arrow_transient
+from engine.sources.shard_listing import FOOTERS, ShardListing, file_version, filesystem, open_ipc, opened_info
 
 OPEN_GROUPS = 64
 """Row groups a process keeps open (memory-mapped, so this costs address space, not private memory)."""
@@ -54,6 +55,9 @@ def is_transient(error: BaseException) -> bool:
     connection, a timeout, a body cut short. A missing file, a refused permission or a changed shard is not."""
     if isinstance(error, (FileNotFoundError, PermissionError, IsADirectoryError, ShardChanged)):
         return False
+    arrow = arrow_transient(error)  # pyarrow's S3 client names the AWS error in its text
+    if arrow is not None:
+        return arrow
     status = _status(error)
     if status is not None:
         return status >= 500 or status == 429
@@ -247,18 +251,18 @@ class RowGroupReader:
         """The stored bytes of row group ``index`` of Parquet shard ``shard`` (one ranged read of its column
         chunks, after checking the shard is the one listed), with the shard's footer (read once per process)."""
         path = self.listing.files[shard]
-        self._check_version(shard)
-        metadata = self._footers.get(shard, FOOTERS.get((path, self.listing.versions[shard])))
-        if metadata is None:
-            import pyarrow.parquet as pq
+        with self._opened(shard, cache_type="none") as handle:  # the footer's and the row group's ranges only
+            metadata = self._footers.get(shard, FOOTERS.get((path, self.listing.versions[shard])))
+            if metadata is None:
+                import pyarrow.parquet as pq
 
-            with self.system.open(path, "rb", cache_type="none") as handle:  # the footer's range only
                 metadata = pq.read_metadata(handle)
-            self._footers[shard] = metadata
-            while len(self._footers) > OPEN_GROUPS:
-                self._footers.popitem(last=False)
-        start, end = shard_decode.row_group_range(metadata, index)
-        data = self.system.cat_file(path, start=start, end=end)
+                self._footers[shard] = metadata
+                while len(self._footers) > OPEN_GROUPS:
+                    self._footers.popitem(last=False)
+            start, end = shard_decode.row_group_range(metadata, index)
+            handle.seek(start)
+            data = handle.read(end - start)
         if len(data) != end - start:  # a body cut short: transient, retried
             raise EOFError(f"read {len(data)} of the {end - start} bytes of row group {index} of {path!r}")
         return shard_decode.StoredRowGroup(metadata, start, data, int(self.listing.sizes[shard]),
@@ -301,36 +305,38 @@ class RowGroupReader:
                 time.sleep(wait)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _check_version(self, shard: int) -> None:
-        """Raise when ``shard`` is gone or differs from the listed one (its rows would not be the rows listed)."""
+    @contextlib.contextmanager
+    def _opened(self, shard: int, **options: Any) -> Iterator[Any]:
+        """Shard ``shard`` open for reading, after checking it is the one listed, from the headers its opening read
+        (a shard gone or replaced raises: its rows would not be the rows listed)."""
         url = self.listing.url(shard)
         try:
-            info = self.system.info(self.listing.files[shard])
+            handle = self.system.open(self.listing.files[shard], "rb", **options)
         except FileNotFoundError:
             raise FileNotFoundError(f"shard {url!r} was listed but no longer exists; the corpus changed while it was "
                                     f"read: restore the shard, or build the data module again to list the corpus "
                                     f"anew (a saved state of the old corpus will then be refused)") from None
-        version = file_version(info)
-        if version != self.listing.versions[shard]:
-            raise ShardChanged(f"shard {url!r} changed since it was listed (version {self.listing.versions[shard]!r}, "
-                               f"now {version!r}); its rows would not be the rows listed: restore the shard, or build "
-                               f"the data module again to list the corpus anew (a saved state of the old corpus will "
-                               f"then be refused)")
+        with handle:
+            version = file_version(opened_info(self.system, self.listing.files[shard], handle))
+            if version != self.listing.versions[shard]:
+                raise ShardChanged(f"shard {url!r} changed since it was listed (version "
+                                   f"{self.listing.versions[shard]!r}, now {version!r}); its rows would not be the "
+                                   f"rows listed: restore the shard, or build the data module again to list the "
+                                   f"corpus anew (a saved state of the old corpus will then be refused)")
+            yield handle
 
     def _read(self, shard: int, index: int, column: str | None) -> Any:
         """Row group ``index`` of ``shard`` (only ``column`` if given), after checking the shard is the one listed."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        path = self.listing.files[shard]
-        self._check_version(shard)
         if self.listing.kinds[shard] == "parquet":
             # no read-ahead cache: pyarrow asks for the row group's byte ranges (pre-buffered, coalesced), and
             # fsspec's default cache would read on from there to a block's end (50 MiB for s3fs: most of the shard)
-            with self.system.open(path, "rb", cache_type="none") as handle:
+            with self._opened(shard, cache_type="none") as handle:
                 return pq.ParquetFile(handle).read_row_group(index, columns=None if column is None else [column],
                                                              use_threads=False)
-        with self.system.open(path, "rb") as handle:
+        with self._opened(shard) as handle:
             reader = open_ipc(handle)
             if isinstance(reader, pa.ipc.RecordBatchFileReader):
                 return pa.Table.from_batches([reader.get_batch(index)])

@@ -1,6 +1,7 @@
-"""Sharded corpora in object storage, read through the path a user's ``s3://`` URL takes (fsspec and s3fs) from
-moto's S3 server on 127.0.0.1; faults (5xx, throttling, a connection cut part-way, a slow answer) injected by a
-proxy in front of it (tests/object_store.py)."""
+"""Sharded corpora in object storage, read through the path a user's ``s3://`` URL takes from moto's S3 server on
+127.0.0.1, through both clients: pyarrow's (plain options: credentials, endpoint, region) and s3fs (options only
+s3fs takes); faults (5xx, throttling, a connection cut part-way, a slow answer) injected by a proxy in front of it
+(tests/object_store.py)."""
 
 import pickle
 
@@ -9,7 +10,22 @@ import pytest
 
 from engine import Shards, UniversalDataModule
 from engine.sources.adapt import as_source
+from engine.sources.s3_store import ArrowS3
 from tests.engine.sources.shard_corpus import SPEC, docs, write_corpus
+
+
+@pytest.fixture(params=["pyarrow", "s3fs"])
+def client(request):
+    """Which S3 client reads the shards: the storage options choose it."""
+    return request.param
+
+
+def options_for(client, bucket_or_proxy):
+    """The test store's s3fs options (which pyarrow's client cannot take), or the plain ones it can."""
+    options = bucket_or_proxy.storage_options
+    if client == "s3fs":
+        return options
+    return {"key": options["key"], "secret": options["secret"], "client_kwargs": options["client_kwargs"]}
 
 
 @pytest.fixture()
@@ -19,8 +35,8 @@ def corpus(tmp_path, s3_bucket):
     return rows
 
 
-def shards(bucket_or_proxy, bucket, tmp_path, **options):
-    return Shards(bucket.url("corpus/"), storage_options=bucket_or_proxy.storage_options,
+def shards(bucket_or_proxy, bucket, tmp_path, client, **options):
+    return Shards(bucket.url("corpus/"), storage_options=options_for(client, bucket_or_proxy),
                   cache_dir=str(tmp_path / "cache"), **{"shuffle_window": 64, "retry_wait": 0.01, **options})
 
 
@@ -29,22 +45,22 @@ def module(data, workers=0, **options):
                                **options)
 
 
-def test_an_s3_corpus_serves_the_batches_of_the_same_files_on_disk(corpus, tmp_path, s3_bucket):
+def test_an_s3_corpus_serves_the_batches_of_the_same_files_on_disk(corpus, tmp_path, s3_bucket, client):
     local = docs(module(Shards(str(tmp_path / "corpus"), cache_dir=str(tmp_path / "local"),
                                shuffle_window=64)).train_dataloader())
-    remote = module(shards(s3_bucket, s3_bucket, tmp_path), workers=2)
+    remote = module(shards(s3_bucket, s3_bucket, tmp_path, client), workers=2)
     assert docs(remote.train_dataloader()) == local
     assert sorted(local) == list(range(600))
 
 
-def test_a_resumed_run_continues_exactly_and_fetches_nothing_cached(corpus, tmp_path, s3_bucket, faulty_s3):
-    full = docs(module(shards(s3_bucket, s3_bucket, tmp_path)).train_dataloader())  # fills the cache
-    first = module(shards(faulty_s3, s3_bucket, tmp_path))
+def test_a_resumed_run_continues_exactly_and_fetches_nothing_cached(corpus, tmp_path, s3_bucket, client, faulty_s3):
+    full = docs(module(shards(s3_bucket, s3_bucket, tmp_path, client)).train_dataloader())  # fills the cache
+    first = module(shards(faulty_s3, s3_bucket, tmp_path, client))
     iterator = iter(first.train_dataloader())
     served = docs(next(iterator) for _ in range(40))
     state = pickle.loads(pickle.dumps(first.state_dict()))
     faulty_s3.reset()
-    resumed = module(shards(faulty_s3, s3_bucket, tmp_path), workers=2)
+    resumed = module(shards(faulty_s3, s3_bucket, tmp_path, client), workers=2)
     resumed.load_state_dict(state)
     assert served + docs(resumed.train_dataloader()) == full
     ranged = [request for request in faulty_s3.requests if request.method == "GET" and request.range]
@@ -56,9 +72,9 @@ def test_a_resumed_run_continues_exactly_and_fetches_nothing_cached(corpus, tmp_
 @pytest.mark.parametrize(("fault", "options"), [("fail", {"status": 503}), ("fail", {"status": 500}),
                                                 ("fail", {"status": 429}), ("cut", {"after_bytes": 100}),
                                                 ("delay", {"seconds": 0.5})])
-def test_a_transient_failure_is_retried_and_counted_and_nothing_is_lost(corpus, tmp_path, s3_bucket, faulty_s3,
-                                                                         fault, options):
-    source = as_source(shards(faulty_s3, s3_bucket, tmp_path))  # the listing reads the footers first
+def test_a_transient_failure_is_retried_and_counted_and_nothing_is_lost(corpus, tmp_path, s3_bucket, client,
+                                                                         faulty_s3, fault, options):
+    source = as_source(shards(faulty_s3, s3_bucket, tmp_path, client))  # the listing reads the footers first
     faulty_s3.reset()
     plan = {"fail": faulty_s3.fail_next, "cut": faulty_s3.cut_next, "delay": faulty_s3.delay_next}[fault]
     plan(1, match="part-002", method="GET", **options)
@@ -68,8 +84,8 @@ def test_a_transient_failure_is_retried_and_counted_and_nothing_is_lost(corpus, 
     assert faulty_s3.pending == 0 and len(faulty_s3.faults) == 1
 
 
-def test_a_persistent_failure_names_the_shard_and_the_attempts(corpus, tmp_path, s3_bucket, faulty_s3):
-    source = as_source(shards(faulty_s3, s3_bucket, tmp_path, retries=2))
+def test_a_persistent_failure_names_the_shard_and_the_attempts(corpus, tmp_path, s3_bucket, client, faulty_s3):
+    source = as_source(shards(faulty_s3, s3_bucket, tmp_path, client, retries=2))
     faulty_s3.reset()
     faulty_s3.fail_next(50, status=503, match="part-001", method="GET")
     with pytest.raises(OSError, match=r"row group 0 of shard 's3://.*/corpus/part-001.parquet' failed 3 times "
@@ -78,8 +94,8 @@ def test_a_persistent_failure_names_the_shard_and_the_attempts(corpus, tmp_path,
     assert source.reader.stats["retries"] == 2
 
 
-def test_a_shard_replaced_or_deleted_in_the_store_is_named(corpus, tmp_path, s3_bucket):
-    source = as_source(shards(s3_bucket, s3_bucket, tmp_path))
+def test_a_shard_replaced_or_deleted_in_the_store_is_named(corpus, tmp_path, s3_bucket, client):
+    source = as_source(shards(s3_bucket, s3_bucket, tmp_path, client))
     s3_bucket.replace("corpus/part-003.parquet", (tmp_path / "corpus" / "part-000.parquet").read_bytes())
     with pytest.raises(ValueError, match=r"shard 's3://.*/corpus/part-003.parquet' changed since it was listed"):
         source.__getitems__([500])
@@ -89,18 +105,19 @@ def test_a_shard_replaced_or_deleted_in_the_store_is_named(corpus, tmp_path, s3_
 
 
 def test_a_bare_s3_url_is_read_as_shards(corpus, tmp_path, s3_bucket, monkeypatch):
-    """A URL given as data needs no wrapper; its store's options come from the environment, as for any fsspec
-    user (here: the test server's endpoint)."""
+    """A URL given as data needs no wrapper; its store's options come from the environment, as botocore reads
+    them (here: the test server's endpoint), and pyarrow's client reads it."""
     monkeypatch.setenv("AWS_ENDPOINT_URL", s3_bucket.storage_options["client_kwargs"]["endpoint_url"])
     source = as_source(s3_bucket.url("corpus/"))
+    assert isinstance(source.reader.system, ArrowS3)
     assert len(source) == 600
     assert pq.read_schema(tmp_path / "corpus" / "part-000.parquet").names == source.column_names
 
 
 @pytest.mark.parametrize("workers", [0, 2])
-def test_the_report_shows_the_retries_of_a_faulty_store(corpus, tmp_path, s3_bucket, faulty_s3, workers):
+def test_the_report_shows_the_retries_of_a_faulty_store(corpus, tmp_path, s3_bucket, client, faulty_s3, workers):
     """The reader's counts reach ``dm.report()``: this process's, and those loader workers send back."""
-    dm = module(shards(faulty_s3, s3_bucket, tmp_path), workers=workers)  # the listing reads the footers
+    dm = module(shards(faulty_s3, s3_bucket, tmp_path, client), workers=workers)  # the listing reads the footers
     faulty_s3.reset()
     faulty_s3.fail_next(2, status=503, match="part-001", method="GET")
     assert sorted(docs(dm.train_dataloader())) == list(range(600))
@@ -118,14 +135,24 @@ def test_the_report_shows_the_retries_of_a_faulty_store(corpus, tmp_path, s3_buc
     assert "retries=2" in report._repr_html_()
 
 
-def test_a_readers_s3_client_reuses_the_service_models_the_listing_parsed(corpus, tmp_path, s3_bucket):
+def test_a_readers_s3fs_client_reuses_the_service_models_the_listing_parsed(corpus, tmp_path, s3_bucket):
     """Each process's reader (the loader workers' included) makes its own s3fs filesystem; its session takes
     botocore's parsed service models from the listing's rather than parsing them again before its first fetch."""
     from engine.sources.shard_listing import filesystem, list_shards
 
-    listing = list_shards(shards(s3_bucket, s3_bucket, tmp_path))
+    listing = list_shards(shards(s3_bucket, s3_bucket, tmp_path, "s3fs"))
     listed, _ = filesystem(listing.shards)
     reader, _ = filesystem(listing.shards, own_retries=True)
     assert reader is not listed
     assert reader.session.get_component("data_loader") is listed.session.get_component("data_loader")
     assert reader.info(listing.files[0])["size"] == listing.sizes[0]  # the session it was given connects
+
+
+def test_the_storage_options_choose_the_client(corpus, tmp_path, s3_bucket, client):
+    """Options pyarrow's client can take (credentials, endpoint, region) read through it; an option only s3fs
+    has (here ``use_listings_cache`` with ``config_kwargs={"user_agent_extra": ...}``) reads through s3fs."""
+    import s3fs
+
+    source = as_source(shards(s3_bucket, s3_bucket, tmp_path, client))
+    assert isinstance(source.reader.system, ArrowS3 if client == "pyarrow" else s3fs.S3FileSystem)
+    assert source.__getitems__([599])[0]["doc"] == 599

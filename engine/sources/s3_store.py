@@ -1,0 +1,166 @@
+"""``s3://`` shards read through pyarrow's S3 client (the AWS C++ SDK), with the few calls of an fsspec filesystem
+that listing and reading shards make.
+
+pyarrow is loaded already and its client starts in a few milliseconds, where s3fs first imports aiobotocore,
+botocore and aiohttp (0.3 s) and connects through them: on the way to a corpus's first batch that is most of the
+time spent before any row is read. :func:`arrow_options` translates the ``storage_options`` a user writes for s3fs
+(the names ``datasets``, pandas and s3fs share); options that have no equivalent here leave the URL to s3fs, as
+before (``docs/sharded_data.md`` lists both).
+
+A file's version is its ETag, read with the HEAD request that opening it makes; a missing key raises
+``FileNotFoundError``. A listing's client retries as the options say (twice by default); a shard reader's client
+retries nothing: the reader retries and counts every attempt itself.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+from urllib.parse import urlsplit
+
+TOP_LEVEL = {"key", "secret", "token", "anon", "endpoint_url", "use_ssl", "client_kwargs", "config_kwargs",
+             "use_listings_cache"}
+"""s3fs's options that have an equivalent in pyarrow's client (``use_listings_cache``: pyarrow caches no
+listing, so either value holds)."""
+
+CLIENT_KWARGS = {"endpoint_url", "region_name", "aws_access_key_id", "aws_secret_access_key", "aws_session_token"}
+CONFIG_KWARGS = {"connect_timeout", "read_timeout", "retries", "s3"}
+
+
+def arrow_options(storage_options: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``ArrowS3`` options for s3fs-style ``storage_options`` (``pyarrow.fs.S3FileSystem``'s keyword arguments,
+    and ``retries``: the client's own retries), or None when one of them has no equivalent there (the URL is then
+    read through s3fs)."""
+    options = dict(storage_options or {})
+    client = options.pop("client_kwargs", None) or {}
+    config = options.pop("config_kwargs", None) or {}
+    if (set(options) - TOP_LEVEL or not isinstance(client, dict) or set(client) - CLIENT_KWARGS
+            or not isinstance(config, dict) or set(config) - CONFIG_KWARGS):
+        return None
+    addressing = (config.get("s3") or {})
+    retries = config.get("retries") or {}
+    if set(addressing) - {"addressing_style"} or set(retries) - {"max_attempts", "total_max_attempts", "mode"}:
+        return None
+    arrow: dict[str, Any] = {}
+    key = options.get("key", client.get("aws_access_key_id"))
+    secret = options.get("secret", client.get("aws_secret_access_key"))
+    token = options.get("token", client.get("aws_session_token"))
+    if key is not None or secret is not None:
+        arrow.update(access_key=key, secret_key=secret)
+    if token is not None:
+        arrow["session_token"] = token
+    if options.get("anon"):
+        arrow["anonymous"] = True
+    endpoint = (options.get("endpoint_url", client.get("endpoint_url")) or os.environ.get("AWS_ENDPOINT_URL_S3")
+                or os.environ.get("AWS_ENDPOINT_URL"))  # botocore's variables, which s3fs would read
+    if endpoint:
+        parts = urlsplit(endpoint)
+        arrow.update(endpoint_override=parts.netloc + parts.path.rstrip("/"), scheme=parts.scheme or "https")
+    if options.get("use_ssl") is False:
+        arrow["scheme"] = "http"
+    if client.get("region_name"):
+        arrow["region"] = client["region_name"]
+    if "connect_timeout" in config:
+        arrow["connect_timeout"] = float(config["connect_timeout"])
+    if "read_timeout" in config:
+        arrow["request_timeout"] = float(config["read_timeout"])
+    if "addressing_style" in addressing:
+        arrow["force_virtual_addressing"] = addressing["addressing_style"] == "virtual"
+    attempts = retries.get("total_max_attempts", retries.get("max_attempts"))
+    if attempts is not None:
+        arrow["retries"] = max(0, int(attempts) - 1) if "total_max_attempts" in retries else int(attempts)
+    return arrow
+
+
+STATUS = re.compile(r"\(HTTP status (\d{3})\)")
+AWS_ERROR = re.compile(r"AWS Error ([A-Z_]+)")
+
+LASTING_ERRORS = {"ACCESS_DENIED", "INVALID_ACCESS_KEY_ID", "SIGNATURE_DOES_NOT_MATCH", "NO_SUCH_BUCKET", "NO_SUCH_KEY",
+                  "RESOURCE_NOT_FOUND", "INVALID_PARAMETER_VALUE", "INVALID_PARAMETER_COMBINATION",
+                  "MISSING_PARAMETER", "MISSING_AUTHENTICATION_TOKEN", "VALIDATION", "UNRECOGNIZED_CLIENT",
+                  "INVALID_CLIENT_TOKEN_ID", "EXPIRED_TOKEN", "INCOMPLETE_SIGNATURE", "OPT_IN_REQUIRED"}
+"""AWS SDK error kinds that another attempt cannot change (credentials, permissions, a wrong name)."""
+
+
+def arrow_transient(error: BaseException) -> bool | None:
+    """Whether an error of pyarrow's S3 client may pass on a retry, from its text ("AWS Error SLOW_DOWN during
+    GetObject operation", "AWS Error UNKNOWN (HTTP status 429) ..."): None when it is not such an error."""
+    text = str(error)
+    kind = AWS_ERROR.search(text)
+    if kind is None:
+        return None
+    status = STATUS.search(text)
+    if status is not None and kind.group(1) == "UNKNOWN":
+        code = int(status.group(1))
+        return code >= 500 or code == 429
+    return kind.group(1) not in LASTING_ERRORS
+
+
+class ArrowS3:
+    """An S3 bucket through ``pyarrow.fs.S3FileSystem``, with the fsspec calls shard listing and reading make:
+    ``find``, ``glob``, ``exists``, ``info`` (with the ETag), ``open`` (a random-access file) and ``cat_file``.
+    Paths are ``bucket/key``, as fsspec gives them. ``retries``: the client's own retries (0 for a caller that
+    retries and counts attempts itself); None: those of ``options``, else 2."""
+
+    protocol = "s3"
+
+    def __init__(self, options: dict[str, Any], bucket: str, *, retries: int | None = None) -> None:
+        from pyarrow import fs
+
+        options = dict(options)
+        attempts = options.pop("retries", 2) + 1 if retries is None else retries + 1
+        if not ({"region", "endpoint_override"} & set(options) or os.environ.get("AWS_REGION")
+                or os.environ.get("AWS_DEFAULT_REGION")):
+            options["region"] = fs.resolve_s3_region(bucket)  # as s3fs finds a bucket's region
+        self.options = options
+        self.client = fs.S3FileSystem(retry_strategy=fs.AwsStandardS3RetryStrategy(max_attempts=attempts),
+                                      **options)
+
+    def find(self, path: str) -> list[str]:
+        """Every file under ``path`` (a prefix), or ``[path]`` for a file; [] when nothing is there."""
+        from pyarrow import fs
+
+        path = path.rstrip("/")
+        selector = fs.FileSelector(path, recursive=True, allow_not_found=True)  # one listing request for a prefix
+        found = sorted(item.path for item in self.client.get_file_info(selector) if item.type == fs.FileType.File)
+        if not found and self.client.get_file_info(path).type == fs.FileType.File:
+            return [path]
+        return found
+
+    def glob(self, pattern: str) -> list[str]:
+        """The files matching ``pattern`` (fsspec's glob: ``*`` within a folder, ``**`` across folders; folders
+        that match are left out, as they hold no rows of their own)."""
+        from fsspec.utils import glob_translate
+
+        fixed = re.split(r"[*?\[]", pattern, maxsplit=1)[0]
+        base = fixed.rsplit("/", 1)[0] if "/" in fixed else fixed
+        matcher = re.compile(glob_translate(pattern))
+        return [path for path in self.find(base) if matcher.match(path)]
+
+    def exists(self, path: str) -> bool:
+        from pyarrow import fs
+
+        return self.client.get_file_info(path.rstrip("/")).type != fs.FileType.NotFound
+
+    def info(self, path: str) -> dict[str, Any]:
+        """``{"name", "size", "type", "ETag"}`` of a file, from one HEAD request."""
+        with self.client.open_input_file(path) as handle:
+            return self.opened_info(path, handle)
+
+    @staticmethod
+    def opened_info(path: str, handle: Any) -> dict[str, Any]:
+        """:meth:`info` of ``path`` from ``handle``, a file :meth:`open` returned (the headers its HEAD read)."""
+        return {"name": path, "size": handle.size(), "type": "file",
+                "ETag": (handle.metadata().get("ETag") or b"").decode()}
+
+    def open(self, path: str, mode: str = "rb", **_: Any) -> Any:
+        """A random-access file (ranged GETs as it is read); fsspec's cache options do not apply."""
+        if mode != "rb":
+            raise ValueError(f"shards are opened for reading only, but got mode={mode!r}")
+        return self.client.open_input_file(path)
+
+    def cat_file(self, path: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of a file, in one ranged GET."""
+        with self.client.open_input_file(path) as handle:
+            return handle.read_at(end - start, start)
