@@ -4,8 +4,8 @@ that listing and reading shards make.
 pyarrow is loaded already and its client starts in a few milliseconds, where s3fs first imports aiobotocore,
 botocore and aiohttp (0.3 s) and connects through them: on the way to a corpus's first batch that is most of the
 time spent before any row is read. :func:`arrow_options` translates the ``storage_options`` a user writes for s3fs
-(the names ``datasets``, pandas and s3fs share); options that have no equivalent here leave the URL to s3fs, as
-before (``docs/sharded_data.md`` lists both).
+(the names ``datasets``, pandas and s3fs share); options that have no equivalent here leave the URL to s3fs
+(``docs/sharded_data.md`` lists both).
 
 A file's version is its ETag, read with the HEAD request that opening it makes; a missing key raises
 ``FileNotFoundError``. A listing's client retries as the options say (twice by default); a shard reader's client
@@ -28,20 +28,31 @@ CLIENT_KWARGS = {"endpoint_url", "region_name", "aws_access_key_id", "aws_secret
 CONFIG_KWARGS = {"connect_timeout", "read_timeout", "retries", "s3"}
 
 
+def s3fs_only(storage_options: dict[str, Any] | None) -> list[str]:
+    """The ``storage_options`` (dotted for nested ones) that pyarrow's S3 client has no equivalent of."""
+    options = dict(storage_options or {})
+    client, config = options.get("client_kwargs") or {}, options.get("config_kwargs") or {}
+    others = sorted(set(options) - TOP_LEVEL)
+    for name, given, known in (("client_kwargs", client, CLIENT_KWARGS), ("config_kwargs", config, CONFIG_KWARGS),
+                               ("config_kwargs.s3", config.get("s3") or {}, {"addressing_style"}),
+                               ("config_kwargs.retries", config.get("retries") or {},
+                                {"max_attempts", "total_max_attempts", "mode"})):
+        if not isinstance(given, dict):
+            others.append(name)
+        else:
+            others.extend(f"{name}.{key}" for key in sorted(set(given) - known))
+    return others
+
+
 def arrow_options(storage_options: dict[str, Any] | None) -> dict[str, Any] | None:
     """``ArrowS3`` options for s3fs-style ``storage_options`` (``pyarrow.fs.S3FileSystem``'s keyword arguments,
-    and ``retries``: the client's own retries), or None when one of them has no equivalent there (the URL is then
-    read through s3fs)."""
+    and ``retries``: the client's own retries), or None when one of them has no equivalent there
+    (:func:`s3fs_only`: the URL is then read through s3fs)."""
+    if s3fs_only(storage_options):
+        return None
     options = dict(storage_options or {})
-    client = options.pop("client_kwargs", None) or {}
-    config = options.pop("config_kwargs", None) or {}
-    if (set(options) - TOP_LEVEL or not isinstance(client, dict) or set(client) - CLIENT_KWARGS
-            or not isinstance(config, dict) or set(config) - CONFIG_KWARGS):
-        return None
-    addressing = (config.get("s3") or {})
-    retries = config.get("retries") or {}
-    if set(addressing) - {"addressing_style"} or set(retries) - {"max_attempts", "total_max_attempts", "mode"}:
-        return None
+    client, config = options.get("client_kwargs") or {}, options.get("config_kwargs") or {}
+    addressing, retries = config.get("s3") or {}, config.get("retries") or {}
     arrow: dict[str, Any] = {}
     key = options.get("key", client.get("aws_access_key_id"))
     secret = options.get("secret", client.get("aws_secret_access_key"))

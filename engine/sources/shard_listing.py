@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from engine.core.checks import check_int
-from engine.sources.s3_store import ArrowS3, arrow_options
+from engine.sources.s3_store import ArrowS3, arrow_options, s3fs_only
 
 SHARD_SUFFIXES = {".parquet": "parquet", ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow"}
 """The file kinds a shard may be, by suffix: Parquet, or Arrow IPC (the file or the stream format)."""
@@ -44,8 +44,10 @@ class Shards:
         urls: A local path or a URL (``s3://bucket/corpus/``, ``gs://...``, ``az://...``, ``hf://...``), a glob
             (``s3://bucket/corpus/*.parquet``), or a list of files. A folder or prefix is searched recursively;
             files are read in the order of their names.
-        storage_options: Passed to ``fsspec`` (for s3fs: ``key``, ``secret``, ``client_kwargs={"endpoint_url":
-            ...}``, ``anon``); credentials from the environment are used when not given.
+        storage_options: The store's options, as ``s3fs`` and ``fsspec`` take them (``key``, ``secret``,
+            ``client_kwargs={"endpoint_url": ...}``, ``anon``); credentials from the environment are used when not
+            given. ``s3://`` is read through pyarrow's S3 client when every option has an equivalent there, else
+            through s3fs (``docs/sharded_data.md``).
         cache_dir: Folder of the local cache of fetched row groups (Arrow IPC files that every loader worker
             memory-maps); None: ``<HF_DATASETS_CACHE>/universal_datamodule/shards``.
         cache_bytes: The byte budget of that cache; the least recently used row groups are removed past it. It
@@ -157,8 +159,10 @@ def filesystem(shards: Shards, *, own_retries: bool = False) -> tuple[Any, list[
         try:
             system, path = fsspec.core.url_to_fs(url, **options)
         except ImportError as error:
-            raise ImportError(f"reading {url!r} needs fsspec's backend for its scheme ({error}); for s3:// install "
-                              f"it with pip install 'universal-datamodule[s3]' (s3fs)") from error
+            s3 = url.lower().startswith("s3://")
+            raise ImportError(f"reading {url!r} needs fsspec's backend for its scheme ({error})" + (
+                f": storage options {s3fs_only(shards.storage_options)} have no equivalent in pyarrow's S3 client, so "
+                f"they need s3fs: pip install 'universal-datamodule[s3]', or leave them out" if s3 else "")) from error
         systems.append(system)
         paths.append(path)
     if len({type(system) for system in systems}) > 1:

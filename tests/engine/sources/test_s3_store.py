@@ -2,9 +2,13 @@
 into transient and lasting, and its listing calls against moto's S3 server, compared with s3fs's on the same
 bucket."""
 
+import sys
+
 import pytest
 
-from engine.sources.s3_store import ArrowS3, arrow_options, arrow_transient
+from engine import Shards
+from engine.sources.s3_store import ArrowS3, arrow_options, arrow_transient, s3fs_only
+from engine.sources.shard_listing import filesystem
 from tests.object_store import s3_filesystem
 
 ENDPOINT = {"client_kwargs": {"endpoint_url": "http://127.0.0.1:9000", "region_name": "eu-west-1"}}
@@ -87,3 +91,21 @@ def test_listing_matches_s3fs_on_the_same_bucket(s3_bucket):
     assert arrow.cat_file(base + "x/a.parquet", start=2, end=5) == b"234"
     with pytest.raises(FileNotFoundError):
         arrow.info(base + "nothing")
+
+
+def test_the_options_pyarrow_cannot_take_are_named():
+    assert s3fs_only({"key": "k", "profile": "dev", "client_kwargs": {"region_name": "r", "verify": False},
+                      "config_kwargs": {"s3": {"addressing_style": "path", "payload_signing_enabled": False}}}) == [
+        "profile", "client_kwargs.verify", "config_kwargs.s3.payload_signing_enabled"]
+
+
+def test_without_s3fs_the_options_that_need_it_are_named(monkeypatch):
+    import fsspec.registry
+
+    monkeypatch.setitem(sys.modules, "s3fs", None)  # s3fs not installed
+    monkeypatch.delitem(sys.modules["fsspec.registry"]._registry, "s3", raising=False)  # nor imported before
+    with pytest.raises(ImportError, match=r"storage options \['profile'\] have no equivalent in pyarrow's S3 client, "
+                                          r"so they need s3fs: pip install 'universal-datamodule\[s3\]'"):
+        filesystem(Shards("s3://bucket/corpus/", storage_options={"profile": "dev"}))
+    plain = Shards("s3://bucket/corpus/", storage_options={"anon": True, **ENDPOINT})
+    assert isinstance(filesystem(plain)[0], ArrowS3)  # plain options need no s3fs
