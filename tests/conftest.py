@@ -40,6 +40,22 @@ def s3_bucket(s3_server):
     bucket.drop()
 
 
+@pytest.fixture(scope="session")
+def gcs_server():
+    """The session's ``GcsServer``: gcp-storage-emulator's GCS server on 127.0.0.1 (tests/gcs_server.py)."""
+    from tests.gcs_server import GcsServer
+
+    server = GcsServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def gcs_bucket(gcs_server):
+    """A fresh, empty ``GcsBucket`` of the session's GCS server for this test."""
+    return gcs_server.new_bucket()
+
+
 @pytest.fixture
 def faulty_s3(s3_server):
     """A ``FaultProxy`` in front of the session's server for this test; read through ``faulty_s3.storage_options``,

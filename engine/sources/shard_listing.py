@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from engine.core.checks import check_int
-from engine.sources.s3_store import ArrowS3, arrow_options, s3fs_only
+from engine.sources.object_stores import ArrowStore, arrow_store, gcsfs_only, s3fs_only
 
 SHARD_SUFFIXES = {".parquet": "parquet", ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow"}
 """The file kinds a shard may be, by suffix: Parquet, or Arrow IPC (the file or the stream format)."""
@@ -46,8 +46,8 @@ class Shards:
             files are read in the order of their names.
         storage_options: The store's options, as ``s3fs`` and ``fsspec`` take them (``key``, ``secret``,
             ``client_kwargs={"endpoint_url": ...}``, ``anon``); credentials from the environment are used when not
-            given. ``s3://`` is read through pyarrow's S3 client when every option has an equivalent there, else
-            through s3fs (``docs/sharded_data.md``).
+            given. ``s3://`` and ``gs://`` are read through pyarrow's clients when every option has an equivalent
+            there, else through s3fs or gcsfs (``docs/sharded_data.md``).
         cache_dir: Folder of the local cache of fetched row groups (Arrow IPC files that every loader worker
             memory-maps); None: ``<HF_DATASETS_CACHE>/universal_datamodule/shards``.
         cache_bytes: The byte budget of that cache; the least recently used row groups are removed past it. It
@@ -140,29 +140,30 @@ class ShardListing:
 
 
 def filesystem(shards: Shards, *, own_retries: bool = False) -> tuple[Any, list[str]]:
-    """``(filesystem, paths)`` of ``shards``' URLs (one store for all of them): ``s3://`` through pyarrow's S3
-    client (:class:`~engine.sources.s3_store.ArrowS3`) when every storage option has an equivalent there, else
-    through ``fsspec`` (s3fs, gcsfs, adlfs, ...).
+    """``(filesystem, paths)`` of ``shards``' URLs (one store for all of them): ``s3://`` and ``gs://`` through
+    pyarrow's own clients (:func:`~engine.sources.object_stores.arrow_store`) when every storage option has an
+    equivalent there, else through ``fsspec`` (s3fs, gcsfs, adlfs, ...).
 
     ``own_retries``: a filesystem of its own (not fsspec's shared instance) that makes each request once, for a
     caller that retries and counts attempts itself (the client would otherwise retry some errors unseen)."""
     import fsspec
 
-    urls = shards.url_list
-    arrow = arrow_options(shards.storage_options) if all(url.lower().startswith("s3://") for url in urls) else None
-    if arrow is not None:
-        paths = [url.split("://", 1)[1] for url in urls]
-        return ArrowS3(arrow, paths[0].split("/", 1)[0], retries=0 if own_retries else None), paths
+    store = arrow_store(shards.url_list, shards.storage_options, own_retries=own_retries)
+    if store is not None:
+        return store
     options = dict(shards.storage_options or {}, **({"skip_instance_cache": True} if own_retries else {}))
     systems, paths = [], []
     for url in shards.url_list:
         try:
             system, path = fsspec.core.url_to_fs(url, **options)
         except ImportError as error:
-            s3 = url.lower().startswith("s3://")
+            scheme = url.split("://", 1)[0].lower()
+            needs = {"s3": ("S3", s3fs_only, "s3fs: pip install 'universal-datamodule[s3]'"),
+                     "gs": ("GCS", gcsfs_only, "gcsfs: pip install gcsfs"),
+                     "gcs": ("GCS", gcsfs_only, "gcsfs: pip install gcsfs")}.get(scheme)
             raise ImportError(f"reading {url!r} needs fsspec's backend for its scheme ({error})" + (
-                f": storage options {s3fs_only(shards.storage_options)} have no equivalent in pyarrow's S3 client, so "
-                f"they need s3fs: pip install 'universal-datamodule[s3]', or leave them out" if s3 else "")) from error
+                f": storage options {needs[1](shards.storage_options)} have no equivalent in pyarrow's {needs[0]} "
+                f"client, so they need {needs[2]}, or leave them out" if needs else "")) from error
         systems.append(system)
         paths.append(path)
     if len({type(system) for system in systems}) > 1:
@@ -259,7 +260,7 @@ def opened_info(system: Any, path: str, handle: Any) -> dict[str, Any]:
     """The info of ``path``, open as ``handle``: from the headers its opening read where the handle keeps them
     (pyarrow's S3 files as ``metadata()``, fsspec's buffered files as ``details``), else the filesystem's (a local
     file's stat). One request fewer per shard opened in object storage."""
-    if isinstance(system, ArrowS3):
+    if isinstance(system, ArrowStore):
         return system.opened_info(path, handle)
     details = getattr(handle, "details", None)
     return details if isinstance(details, dict) and details.get("size") is not None else system.info(path)
@@ -277,8 +278,9 @@ def open_ipc(handle: Any) -> Any:
 
 
 def file_version(info: dict[str, Any]) -> str:
-    """What changes when a file is replaced: its ETag in object storage, else its size and modification time."""
-    for key in ("ETag", "etag", "md5Hash", "version_id", "VersionId"):
+    """What changes when a file is replaced: its generation (GCS) or ETag in object storage, else its size and
+    modification time."""
+    for key in ("generation", "ETag", "etag", "md5Hash", "version_id", "VersionId"):
         if info.get(key):
             return str(info[key]).strip('"')
     return f"{info.get('size')}:{info.get('mtime') or info.get('LastModified') or info.get('last_modified')}"

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from engine.sources import shard_decode
-from engine.sources.s3_store import arrow_transient
+from engine.sources.object_stores import arrow_transient
 from engine.sources.shard_listing import FOOTERS, ShardListing, file_version, filesystem, open_ipc, opened_info
 
 OPEN_GROUPS = 64

@@ -10,7 +10,7 @@ import pytest
 
 from engine import Shards, UniversalDataModule
 from engine.sources.adapt import as_source
-from engine.sources.s3_store import ArrowS3
+from engine.sources.object_stores import ArrowStore
 from tests.engine.sources.shard_corpus import SPEC, docs, write_corpus
 
 
@@ -109,7 +109,7 @@ def test_a_bare_s3_url_is_read_as_shards(corpus, tmp_path, s3_bucket, monkeypatc
     them (here: the test server's endpoint), and pyarrow's client reads it."""
     monkeypatch.setenv("AWS_ENDPOINT_URL", s3_bucket.storage_options["client_kwargs"]["endpoint_url"])
     source = as_source(s3_bucket.url("corpus/"))
-    assert isinstance(source.reader.system, ArrowS3)
+    assert isinstance(source.reader.system, ArrowStore)
     assert len(source) == 600
     assert pq.read_schema(tmp_path / "corpus" / "part-000.parquet").names == source.column_names
 
@@ -154,5 +154,5 @@ def test_the_storage_options_choose_the_client(corpus, tmp_path, s3_bucket, clie
     import s3fs
 
     source = as_source(shards(s3_bucket, s3_bucket, tmp_path, client))
-    assert isinstance(source.reader.system, ArrowS3 if client == "pyarrow" else s3fs.S3FileSystem)
+    assert isinstance(source.reader.system, ArrowStore if client == "pyarrow" else s3fs.S3FileSystem)
     assert source.__getitems__([599])[0]["doc"] == 599

@@ -2,12 +2,13 @@
 into transient and lasting, and its listing calls against moto's S3 server, compared with s3fs's on the same
 bucket."""
 
+import importlib
 import sys
 
 import pytest
 
 from engine import Shards
-from engine.sources.s3_store import ArrowS3, arrow_options, arrow_transient, s3fs_only
+from engine.sources.object_stores import ArrowStore, arrow_options, arrow_transient, s3_store, s3fs_only
 from engine.sources.shard_listing import filesystem
 from tests.object_store import s3_filesystem
 
@@ -63,8 +64,12 @@ def test_the_endpoint_comes_from_botocores_variables_when_not_given(monkeypatch)
     ("AWS Error ACCESS_DENIED during GetObject operation: Access Denied", False),
     ("AWS Error INVALID_ACCESS_KEY_ID during ListObjectsV2 operation: The key does not exist", False),
     ("AWS Error NO_SUCH_BUCKET during ListObjectsV2 operation: The bucket does not exist", False),
+    ("google::cloud::Status(UNAVAILABLE: Retry policy exhausted in ReadObjectNotWrapped: ...)", True),
+    ("google::cloud::Status(RESOURCE_EXHAUSTED: Permanent error in GetObjectMetadata: rate limit)", True),
+    ("google::cloud::Status(PERMISSION_DENIED: Permanent error in GetObjectMetadata: ...)", False),
+    ("google::cloud::Status(NOT_FOUND: Permanent error in ListObjects: bucket not found)", False),
 ])
-def test_pyarrow_errors_are_sorted_by_the_aws_error_they_name(text, transient):
+def test_pyarrow_errors_are_sorted_by_the_aws_or_gcs_error_they_name(text, transient):
     assert arrow_transient(OSError(text)) is transient
 
 
@@ -76,8 +81,8 @@ def test_listing_matches_s3fs_on_the_same_bucket(s3_bucket):
     for key in ("x/a.parquet", "x/y/b.parquet", "xz.parquet", "x/c.txt"):
         s3_bucket.put(key, b"0123456789")
     options = s3_bucket.storage_options
-    arrow = ArrowS3(arrow_options({key: options[key] for key in ("key", "secret", "client_kwargs")}),
-                    s3_bucket.name, retries=0)
+    arrow = s3_store(arrow_options({key: options[key] for key in ("key", "secret", "client_kwargs")}),
+                     s3_bucket.name, retries=0)
     s3fs = s3_filesystem(options)
     base = s3_bucket.url("")[len("s3://"):]
     for path in ("x", "x/", "x/a.parquet", "xz.parquet", "nothing", "x/y"):
@@ -100,12 +105,11 @@ def test_the_options_pyarrow_cannot_take_are_named():
 
 
 def test_without_s3fs_the_options_that_need_it_are_named(monkeypatch):
-    import fsspec.registry
-
+    registry = importlib.import_module("fsspec.registry")._registry  # the module, not fsspec's `registry` view
     monkeypatch.setitem(sys.modules, "s3fs", None)  # s3fs not installed
-    monkeypatch.delitem(sys.modules["fsspec.registry"]._registry, "s3", raising=False)  # nor imported before
+    monkeypatch.delitem(registry, "s3", raising=False)  # nor imported before
     with pytest.raises(ImportError, match=r"storage options \['profile'\] have no equivalent in pyarrow's S3 client, "
                                           r"so they need s3fs: pip install 'universal-datamodule\[s3\]'"):
         filesystem(Shards("s3://bucket/corpus/", storage_options={"profile": "dev"}))
     plain = Shards("s3://bucket/corpus/", storage_options={"anon": True, **ENDPOINT})
-    assert isinstance(filesystem(plain)[0], ArrowS3)  # plain options need no s3fs
+    assert isinstance(filesystem(plain)[0], ArrowStore)  # plain options need no s3fs
