@@ -29,9 +29,20 @@ def torchrun(script, out, *args):
     return launch(command, out)
 
 
-@pytest.mark.parametrize(("uneven", "mode"), [("pad", "0"), ("drop", "2"), ("pad", "threads=1")])
-def test_torchrun_loop_shards_train_and_reads_val_once(tmp_path, uneven, mode):
-    ranks = torchrun("_torchrun_loop.py", tmp_path, uneven, mode)
+LOOP_CASES = [("pad", "0"), ("drop", "2"), ("pad", "threads=1")]
+
+
+@pytest.fixture(scope="module")
+def loop_cases(tmp_path_factory):
+    """Each rank's report of every case of LOOP_CASES: one torchrun launch runs them all, one after another (most
+    of a launch's time is its processes importing torch and lightning)."""
+    out = tmp_path_factory.mktemp("loop")
+    return torchrun("_torchrun_loop.py", out, *(f"{uneven}:{mode}" for uneven, mode in LOOP_CASES))
+
+
+@pytest.mark.parametrize(("uneven", "mode"), LOOP_CASES)
+def test_torchrun_loop_shards_train_and_reads_val_once(loop_cases, uneven, mode):
+    ranks = [r["cases"][f"{uneven}:{mode}"] for r in loop_cases]
     assert all(r["world_size"] == 2 for r in ranks)
     assert TRAIN_ROWS % 2 == 1  # so that 'pad' repeats one row and 'drop' leaves one out
     for epoch in range(2):
