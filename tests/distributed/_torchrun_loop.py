@@ -2,7 +2,8 @@
 row ids it saw per train epoch and in validation to <out>/rank<r>.json. Arguments: out, then one or more cases
 ``<uneven>:<mode>``, run one after another in this launch, each with a module of its own; the loader mode is a
 number of worker processes ("0", "2") or of threads ("threads=1"; then the same loop with ``num_workers=0`` is
-written too, under "workers_0", to compare with). The report holds each case's rows under "cases"."""
+written too, under "workers_0", to compare with). A case ``stream:<workers>`` is the stream of
+``_torchrun_stream.py`` instead. The report holds each case's rows under "cases"."""
 
 import json
 import sys
@@ -13,6 +14,7 @@ import torch.distributed as dist
 
 from engine import UniversalDataModule
 from tests.distributed._data import SPEC, IdRows
+from tests.distributed._torchrun_stream import seen_stream
 
 
 def seen(uneven: str, **parallel: int) -> dict[str, Any]:
@@ -30,6 +32,8 @@ def seen(uneven: str, **parallel: int) -> dict[str, Any]:
 
 
 def case(uneven: str, mode: str) -> dict[str, Any]:
+    if uneven == "stream":
+        return seen_stream(int(mode))
     threads = mode.startswith("threads=")
     report = seen(uneven, **({"num_threads": int(mode.removeprefix("threads="))} if threads
                              else {"num_workers": int(mode)}))
