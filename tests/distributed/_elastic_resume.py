@@ -1,7 +1,8 @@
-"""Run as one process or under torchrun: ``save <out> <workers> <steps>`` trains <steps> steps of a plain loop and
-writes the module state (rank 0, as a checkpoint is written) and each rank's rows; ``resume <out> <workers>`` loads
-that state on this run's number of ranks, finishes the epoch and runs the next, and writes each rank's rows and
-those of a fresh run's second epoch. The global batch is 8 rows: batch_size is 8 // world size."""
+"""Run as one process or under torchrun, one or more jobs one after another: ``save <out> <workers> <steps>``
+trains <steps> steps of a plain loop and writes the module state to <out> (rank 0, as a checkpoint is written) and
+each rank's rows; ``resume <state> <out> <workers>`` loads the state in the folder <state> on this run's number of
+ranks, finishes the epoch and runs the next, and writes to <out> each rank's rows and those of a fresh run's second
+epoch. Each job builds a module of its own. The global batch is 8 rows: batch_size is 8 // world size."""
 
 import json
 import os
@@ -27,29 +28,40 @@ def row_ids(batches):
     return [int(i) for batch in batches for i in batch["row_id"]]
 
 
+def save(rank, world, out, workers, steps):
+    dm = module(world, workers)
+    iterator = iter(dm.train_dataloader())
+    served = row_ids(next(iterator) for _ in range(steps))
+    state = dm.state_dict()
+    if rank == 0:
+        torch.save(state, out / "state.pt")
+    return {"served": served, "sampler": sampler_state_of(state["train_loader"])}
+
+
+def resume(rank, world, state, workers):
+    dm = module(world, workers)
+    dm.load_state_dict(torch.load(state / "state.pt", weights_only=True))
+    loader = dm.train_dataloader()
+    rest = row_ids(loader)
+    if dist.is_initialized():
+        dist.barrier()  # would hang here if one rank had more batches than another
+    following = row_ids(loader)
+    fresh = module(world, workers)
+    fresh.train_dataloader().batch_sampler.set_epoch(1)
+    return {"rest": rest, "next": following, "fresh_next": row_ids(fresh.train_dataloader())}
+
+
 if __name__ == "__main__":
-    mode, out, workers = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
     if "RANK" in os.environ:
         dist.init_process_group("gloo")
     rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
-    dm = module(world, workers)
-    if mode == "save":
-        iterator = iter(dm.train_dataloader())
-        served = row_ids(next(iterator) for _ in range(int(sys.argv[4])))
-        state = dm.state_dict()
-        if rank == 0:
-            torch.save(state, out / "state.pt")
-        report = {"served": served, "sampler": sampler_state_of(state["train_loader"])}
-    else:
-        dm.load_state_dict(torch.load(out / "state.pt", weights_only=True))
-        loader = dm.train_dataloader()
-        rest = row_ids(loader)
-        if dist.is_initialized():
-            dist.barrier()  # would hang here if one rank had more batches than another
-        following = row_ids(loader)
-        fresh = module(world, workers)
-        fresh.train_dataloader().batch_sampler.set_epoch(1)
-        report = {"rest": rest, "next": following, "fresh_next": row_ids(fresh.train_dataloader())}
-    (out / f"{mode}{rank}.json").write_text(json.dumps(report))
+    jobs = sys.argv[1:]
+    while jobs:
+        (mode, first, second, third), jobs = jobs[:4], jobs[4:]
+        if mode == "save":
+            out, report = Path(first), save(rank, world, Path(first), int(second), int(third))
+        else:
+            out, report = Path(second), resume(rank, world, Path(first), int(third))
+        (out / f"{mode}{rank}.json").write_text(json.dumps(report))
     if dist.is_initialized():
         dist.destroy_process_group()

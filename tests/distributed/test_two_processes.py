@@ -29,9 +29,21 @@ def torchrun(script, out, *args):
     return launch(command, out)
 
 
-@pytest.mark.parametrize(("uneven", "mode"), [("pad", "0"), ("drop", "2"), ("pad", "threads=1")])
-def test_torchrun_loop_shards_train_and_reads_val_once(tmp_path, uneven, mode):
-    ranks = torchrun("_torchrun_loop.py", tmp_path, uneven, mode)
+LOOP_CASES = [("pad", "0"), ("drop", "2"), ("pad", "threads=1")]
+STREAM_CASE = "stream:0"
+
+
+@pytest.fixture(scope="module")
+def torchrun_cases(tmp_path_factory):
+    """Each rank's report of every case of LOOP_CASES and of STREAM_CASE: one torchrun launch runs them all, one
+    after another (most of a launch's time is its processes importing torch and lightning)."""
+    out = tmp_path_factory.mktemp("torchrun")
+    return torchrun("_torchrun_loop.py", out, *(f"{uneven}:{mode}" for uneven, mode in LOOP_CASES), STREAM_CASE)
+
+
+@pytest.mark.parametrize(("uneven", "mode"), LOOP_CASES)
+def test_torchrun_loop_shards_train_and_reads_val_once(torchrun_cases, uneven, mode):
+    ranks = [r["cases"][f"{uneven}:{mode}"] for r in torchrun_cases]
     assert all(r["world_size"] == 2 for r in ranks)
     assert TRAIN_ROWS % 2 == 1  # so that 'pad' repeats one row and 'drop' leaves one out
     for epoch in range(2):
@@ -64,8 +76,8 @@ def test_lightning_ddp_with_our_samplers(tmp_path):
     assert len(val) == VAL_ROWS and len(set(val)) == VAL_ROWS
 
 
-def test_stream_ranks_get_equal_batch_counts_and_disjoint_rows(tmp_path):
-    ranks = torchrun("_torchrun_stream.py", tmp_path, "0")
+def test_stream_ranks_get_equal_batch_counts_and_disjoint_rows(torchrun_cases):
+    ranks = [r["cases"][STREAM_CASE] for r in torchrun_cases]
     for epoch in range(2):
         counts = [r["batches"][epoch] for r in ranks]
         shards = [r["train"][epoch] for r in ranks]
