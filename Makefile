@@ -17,6 +17,8 @@ $(VENV)/.installed: $(PY) pyproject.toml constraints.txt
 
 $(VENV)/.installed-dev: $(VENV)/.installed
 	$(INSTALL) -e '.[dev]'
+	# Azurite, Microsoft's Azure Blob Storage emulator, for the az:// tests (from npm, pinned)
+	npm install --prefix $(VENV)/azurite --no-audit --no-fund --silent azurite@3.37.0
 	touch $@
 
 install: $(VENV)/.installed

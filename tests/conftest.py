@@ -42,18 +42,28 @@ def s3_bucket(s3_server):
 
 @pytest.fixture(scope="session")
 def gcs_server():
-    """The session's ``GcsServer``: gcp-storage-emulator's GCS server on 127.0.0.1 (tests/gcs_server.py)."""
-    from tests.gcs_server import GcsServer
+    """The session's ``GcsServer``: gcp-storage-emulator's GCS server on 127.0.0.1 (tests/arrow_stores.py)."""
+    from tests.arrow_stores import GcsServer
 
     server = GcsServer().start()
     yield server
     server.stop()
 
 
-@pytest.fixture
-def gcs_bucket(gcs_server):
-    """A fresh, empty ``GcsBucket`` of the session's GCS server for this test."""
-    return gcs_server.new_bucket()
+@pytest.fixture(scope="session")
+def azure_server():
+    """The session's ``AzuriteServer``: Azurite's blob service on 127.0.0.1 (tests/arrow_stores.py)."""
+    from tests.arrow_stores import AzuriteServer
+
+    server = AzuriteServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["gs", "az"])
+def store_bucket(request):
+    """A fresh, empty bucket of the session's GCS server, then of its Azure server."""
+    return request.getfixturevalue({"gs": "gcs_server", "az": "azure_server"}[request.param]).new_bucket()
 
 
 @pytest.fixture

@@ -1,17 +1,19 @@
 """Shards in object storage read through pyarrow's own clients: ``s3://`` through its S3 client (the AWS C++
-SDK), ``gs://`` through its GCS client (google-cloud-cpp), with the few calls of an fsspec filesystem that listing
-and reading shards make (:class:`ArrowStore`).
+SDK), ``gs://`` through its GCS client (google-cloud-cpp) and ``az://`` through its Azure client, with the few calls
+of an fsspec filesystem that listing and reading shards make (:class:`ArrowStore`).
 
 pyarrow is loaded already and its clients start in milliseconds, where s3fs first imports aiobotocore, botocore
 and aiohttp (0.3 s) and connects through them: on the way to a corpus's first batch that was most of the time spent
-before any row was read. gcsfs, for its part, has no release that matches the pinned fsspec. :func:`arrow_options`
-and :func:`gcs_options` translate the ``storage_options`` a user writes for s3fs or gcsfs; options that have no
-equivalent leave the URL to those packages through fsspec (``docs/sharded_data.md`` lists both).
+before any row was read. gcsfs, for its part, has no release that matches the pinned fsspec. :func:`arrow_options`,
+:func:`gcs_options` and :func:`azure_options` translate the ``storage_options`` a user writes for s3fs, gcsfs or
+adlfs; options that have no equivalent leave the URL to those packages through fsspec (``docs/sharded_data.md``
+lists them).
 
-A file's version is its ETag (S3) or generation (GCS), read from the metadata request that opening it makes; a
-missing key raises ``FileNotFoundError``. A listing's client retries as the options say (twice by default); a
+A file's version is its ETag (S3, Azure) or generation (GCS), read from the metadata request that opening it makes;
+a missing key raises ``FileNotFoundError``. A listing's S3 client retries as the options say (twice by default); a
 shard reader's S3 client retries nothing, so that the reader retries and counts every attempt itself. The GCS
-client retries for at most 1 s (the least it allows: with less it makes no attempt).
+client retries for at most 1 s (the least it allows: with less it makes no attempt); the Azure client as its SDK
+does by default.
 """
 
 from __future__ import annotations
@@ -236,10 +238,76 @@ def gcs_store(options: dict[str, Any]) -> ArrowStore:
     return ArrowStore(fs.GcsFileSystem(retry_time_limit=timedelta(seconds=1), **options), "gs", "generation")
 
 
+AZURE_OPTIONS = {"account_name", "account_key", "sas_token", "client_id", "client_secret", "tenant_id",
+                 "connection_string", "account_host"}
+"""adlfs's options that have an equivalent in pyarrow's Azure client."""
+
+
+def adlfs_only(storage_options: dict[str, Any] | None) -> list[str]:
+    """The ``storage_options`` that pyarrow's Azure client has no equivalent of (``anon``, a ``credential`` object,
+    ...)."""
+    return sorted(set(storage_options or {}) - AZURE_OPTIONS)
+
+
+def azure_options(storage_options: dict[str, Any] | None, account: str | None = None) -> dict[str, Any] | None:
+    """``pyarrow.fs.AzureFileSystem`` keyword arguments for adlfs-style ``storage_options`` (and the account a URL
+    names, ``container@account.dfs.core.windows.net``), or None when one of them has no equivalent there
+    (:func:`adlfs_only`). As adlfs does, the account, key and connection string may come from
+    ``AZURE_STORAGE_ACCOUNT_NAME``, ``AZURE_STORAGE_ACCOUNT_KEY`` and ``AZURE_STORAGE_CONNECTION_STRING``."""
+    if adlfs_only(storage_options):
+        return None
+    options = dict(storage_options or {})
+    connection = options.get("connection_string") or os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
+    fields = dict(part.split("=", 1) for part in (connection or "").split(";") if "=" in part)
+    arrow: dict[str, Any] = {
+        "account_name": options.get("account_name") or account or fields.get("AccountName")
+        or os.environ.get("AZURE_STORAGE_ACCOUNT_NAME")}
+    if not arrow["account_name"]:
+        return None  # adlfs names the missing account
+    key = options.get("account_key") or fields.get("AccountKey") or (
+        None if options.get("sas_token") else os.environ.get("AZURE_STORAGE_ACCOUNT_KEY"))
+    if key:
+        arrow["account_key"] = key
+    for name in ("sas_token", "client_id", "client_secret", "tenant_id"):
+        if options.get(name):
+            arrow[name] = options[name]
+    if fields.get("SharedAccessSignature") and "account_key" not in arrow:
+        arrow["sas_token"] = fields["SharedAccessSignature"]
+    endpoint = fields.get("BlobEndpoint") or options.get("account_host")
+    if endpoint:
+        parts = urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")
+        host = parts.netloc
+        # the account's own host (account.blob.core.windows.net) keeps its suffix; another host (an emulator
+        # such as Azurite) is addressed by path, as pyarrow does for an authority without a leading dot
+        authority = host[len(arrow["account_name"]):] if host.startswith(f"{arrow['account_name']}.") else host
+        arrow.update(blob_storage_authority=authority, blob_storage_scheme=parts.scheme)
+        if not authority.startswith("."):
+            arrow.update(dfs_storage_authority=authority, dfs_storage_scheme=parts.scheme)
+    return arrow
+
+
+def azure_store(options: dict[str, Any]) -> ArrowStore:
+    """``az://`` (``abfs://``) through ``pyarrow.fs.AzureFileSystem`` with :func:`azure_options`' ``options``."""
+    from pyarrow import fs
+
+    return ArrowStore(fs.AzureFileSystem(**options), "az", "ETag")
+
+
+def _container_and_account(path: str) -> tuple[str, str | None]:
+    """``container/key`` of an Azure URL's path, and the account when the URL names it
+    (``container@account.dfs.core.windows.net/key``)."""
+    first, _, rest = path.partition("/")
+    if "@" not in first:
+        return path, None
+    container, host = first.split("@", 1)
+    return f"{container}/{rest}" if rest else container, host.split(".", 1)[0]
+
+
 def arrow_store(urls: list[str], storage_options: dict[str, Any] | None, *,
                 own_retries: bool = False) -> tuple[ArrowStore, list[str]] | None:
-    """``(store, paths)`` of ``urls`` through pyarrow's own client when they are all ``s3://`` or all ``gs://``
-    (``gcs://``) and every storage option has an equivalent there; else None (fsspec reads them)."""
+    """``(store, paths)`` of ``urls`` through pyarrow's own client when they are all ``s3://``, all ``gs://``
+    (``gcs://``) or all ``az://`` (``abfs://``) and every storage option has an equivalent there; else None (fsspec
+    reads them)."""
     schemes = {url.split("://", 1)[0].lower() for url in urls if "://" in url}
     if len(schemes) != 1 or not all("://" in url for url in urls):
         return None
@@ -248,4 +316,9 @@ def arrow_store(urls: list[str], storage_options: dict[str, Any] | None, *,
         return s3_store(options, paths[0].split("/", 1)[0], retries=0 if own_retries else None), paths
     if scheme in ("gs", "gcs") and (options := gcs_options(storage_options)) is not None:
         return gcs_store(options), paths
+    if scheme in ("az", "abfs", "abfss"):
+        named = [_container_and_account(path) for path in paths]
+        accounts = {account for _, account in named if account}
+        if len(accounts) <= 1 and (options := azure_options(storage_options, next(iter(accounts), None))):
+            return azure_store(options), [path for path, _ in named]
     return None

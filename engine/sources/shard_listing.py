@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from engine.core.checks import check_int
-from engine.sources.object_stores import ArrowStore, arrow_store, gcsfs_only, s3fs_only
+from engine.sources.object_stores import ArrowStore, adlfs_only, arrow_store, gcsfs_only, s3fs_only
 
 SHARD_SUFFIXES = {".parquet": "parquet", ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow"}
 """The file kinds a shard may be, by suffix: Parquet, or Arrow IPC (the file or the stream format)."""
@@ -46,8 +46,8 @@ class Shards:
             files are read in the order of their names.
         storage_options: The store's options, as ``s3fs`` and ``fsspec`` take them (``key``, ``secret``,
             ``client_kwargs={"endpoint_url": ...}``, ``anon``); credentials from the environment are used when not
-            given. ``s3://`` and ``gs://`` are read through pyarrow's clients when every option has an equivalent
-            there, else through s3fs or gcsfs (``docs/sharded_data.md``).
+            given. ``s3://``, ``gs://`` and ``az://`` are read through pyarrow's clients when every option has an
+            equivalent there, else through s3fs, gcsfs or adlfs (``docs/sharded_data.md``).
         cache_dir: Folder of the local cache of fetched row groups (Arrow IPC files that every loader worker
             memory-maps); None: ``<HF_DATASETS_CACHE>/universal_datamodule/shards``.
         cache_bytes: The byte budget of that cache; the least recently used row groups are removed past it. It
@@ -140,7 +140,7 @@ class ShardListing:
 
 
 def filesystem(shards: Shards, *, own_retries: bool = False) -> tuple[Any, list[str]]:
-    """``(filesystem, paths)`` of ``shards``' URLs (one store for all of them): ``s3://`` and ``gs://`` through
+    """``(filesystem, paths)`` of ``shards``' URLs (one store for all of them): ``s3://``, ``gs://``, ``az://`` through
     pyarrow's own clients (:func:`~engine.sources.object_stores.arrow_store`) when every storage option has an
     equivalent there, else through ``fsspec`` (s3fs, gcsfs, adlfs, ...).
 
@@ -160,7 +160,9 @@ def filesystem(shards: Shards, *, own_retries: bool = False) -> tuple[Any, list[
             scheme = url.split("://", 1)[0].lower()
             needs = {"s3": ("S3", s3fs_only, "s3fs: pip install 'universal-datamodule[s3]'"),
                      "gs": ("GCS", gcsfs_only, "gcsfs: pip install gcsfs"),
-                     "gcs": ("GCS", gcsfs_only, "gcsfs: pip install gcsfs")}.get(scheme)
+                     "gcs": ("GCS", gcsfs_only, "gcsfs: pip install gcsfs"),
+                     "az": ("Azure", adlfs_only, "adlfs: pip install adlfs"),
+                     "abfs": ("Azure", adlfs_only, "adlfs: pip install adlfs")}.get(scheme)
             raise ImportError(f"reading {url!r} needs fsspec's backend for its scheme ({error})" + (
                 f": storage options {needs[1](shards.storage_options)} have no equivalent in pyarrow's {needs[0]} "
                 f"client, so they need {needs[2]}, or leave them out" if needs else "")) from error
