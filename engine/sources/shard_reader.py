@@ -55,7 +55,7 @@ def is_transient(error: BaseException) -> bool:
     connection, a timeout, a body cut short. A missing file, a refused permission or a changed shard is not."""
     if isinstance(error, (FileNotFoundError, PermissionError, IsADirectoryError, ShardChanged)):
         return False
-    arrow = arrow_transient(error)  # pyarrow's S3 client names the AWS error in its text
+    arrow = arrow_transient(error)  # pyarrow's S3 and GCS clients name the error kind in its text
     if arrow is not None:
         return arrow
     status = _status(error)
