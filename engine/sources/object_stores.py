@@ -70,8 +70,7 @@ def arrow_options(storage_options: dict[str, Any] | None) -> dict[str, Any] | No
     endpoint = (options.get("endpoint_url", client.get("endpoint_url")) or os.environ.get("AWS_ENDPOINT_URL_S3")
                 or os.environ.get("AWS_ENDPOINT_URL"))  # botocore's variables, which s3fs would read
     if endpoint:
-        parts = urlsplit(endpoint)
-        arrow.update(endpoint_override=parts.netloc + parts.path.rstrip("/"), scheme=parts.scheme or "https")
+        arrow.update(_endpoint(endpoint, "https"))
     if options.get("use_ssl") is False:
         arrow["scheme"] = "http"
     if client.get("region_name"):
@@ -86,6 +85,13 @@ def arrow_options(storage_options: dict[str, Any] | None) -> dict[str, Any] | No
     if attempts is not None:
         arrow["retries"] = max(0, int(attempts) - 1) if "total_max_attempts" in retries else int(attempts)
     return arrow
+
+
+def _endpoint(url: str, default_scheme: str) -> dict[str, str]:
+    """``endpoint_override`` and ``scheme`` of pyarrow's S3 and GCS clients for an endpoint URL (``host:port``
+    alone takes ``default_scheme``)."""
+    parts = urlsplit(url if "://" in url else f"{default_scheme}://{url}")
+    return {"endpoint_override": parts.netloc + parts.path.rstrip("/"), "scheme": parts.scheme or default_scheme}
 
 
 STATUS = re.compile(r"\(HTTP status (\d{3})\)")
@@ -223,8 +229,7 @@ def gcs_options(storage_options: dict[str, Any] | None) -> dict[str, Any] | None
         arrow["default_bucket_location"] = options["default_location"]
     endpoint = options.get("endpoint_url") or os.environ.get("STORAGE_EMULATOR_HOST")
     if endpoint:
-        parts = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
-        arrow.update(endpoint_override=parts.netloc + parts.path.rstrip("/"), scheme=parts.scheme)
+        arrow.update(_endpoint(endpoint, "http"))  # STORAGE_EMULATOR_HOST may be host:port alone
     return arrow
 
 
