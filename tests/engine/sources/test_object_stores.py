@@ -24,6 +24,8 @@ ENDPOINT = {"client_kwargs": {"endpoint_url": "http://127.0.0.1:9000", "region_n
     (ENDPOINT, {"endpoint_override": "127.0.0.1:9000", "scheme": "http", "region": "eu-west-1"}),
     ({"endpoint_url": "https://storage.example.com/"}, {"endpoint_override": "storage.example.com",
                                                        "scheme": "https"}),
+    ({"endpoint_url": "storage.example.com:9000"}, {"endpoint_override": "storage.example.com:9000",
+                                                   "scheme": "https"}),
     ({"config_kwargs": {"connect_timeout": 2, "read_timeout": 30, "s3": {"addressing_style": "path"}}},
      {"connect_timeout": 2.0, "request_timeout": 30.0, "force_virtual_addressing": False}),
     ({"config_kwargs": {"retries": {"total_max_attempts": 4}}}, {"retries": 3}),
