@@ -27,8 +27,8 @@ import torch
 
 from benchmarks._harness import OutputMismatch, best_seconds, result
 from engine.datamodule.universal import UniversalDataModule
-from engine.sampling.mixing import MixtureOrder
-from engine.sampling.mixture import Mixture
+from engine.sampling.mixtures.mixture import Mixture
+from engine.sampling.mixtures.order import MixtureOrder
 from task_spec import TaskSpec
 
 NAME = "mixture"

@@ -42,8 +42,8 @@ def rows(count: int) -> Any:
 def side(which: str, count: int, out: str) -> dict[str, Any]:
     """Run one side in this process: tokenize ``count`` rows, save the token column for the check, time it."""
     from demo.sample_data import build_tokenizer
-    from engine.sources.preprocess import tokenize_cached, tokenize_dataset
-    from engine.sources.token_cache import TokenCache
+    from engine.sources.tokenizing.preprocess import tokenize_cached, tokenize_dataset
+    from engine.sources.tokenizing.token_cache import TokenCache
     from task_spec import TaskSpec
 
     data, tokenizer, spec = rows(count), build_tokenizer(), TaskSpec.lm_tiny()

@@ -12,13 +12,13 @@ from engine.multi.module import MultiDataModule, build_multi_loader
 from engine.sampling.epochs import set_epoch
 from engine.sampling.eval import ShardedEvalBatchSampler
 from engine.sampling.length import LengthGroupedBatchSampler, TokenBudgetBatchSampler
-from engine.sampling.mixture import Mixture
+from engine.sampling.mixtures.mixture import Mixture
 from engine.sampling.packed import PackedBatchSampler
 from engine.sampling.seeded import SeededBatchSampler
 from engine.sources.bad_rows import SkippedRow, SkipReport
-from engine.sources.ray_tokenize import tokenize_on_ray
-from engine.sources.shard_listing import Shards
+from engine.sources.shards.listing import Shards
 from engine.sources.splits import SplitPlan, plan_splits
+from engine.sources.tokenizing.ray_tokenize import tokenize_on_ray
 from engine.tools.device import DeviceNormalize, normalize_on_device
 from engine.tools.mixture_callback import MixtureCallback
 from engine.tools.monitor import DataMonitor, DataMonitorCallback

@@ -37,7 +37,7 @@ KNOWN_KEYS: dict[str, tuple[str, ...]] = {
         "sep_token_id", "decoder_start_token_id",
     ),
     # TaskSpec properties, collators/text.py (max_target_len), collators/audio.py (sample_rate, max_length),
-    # engine/sources/preprocess.py, engine/tools/_batch_checks.py (image_size, num_classes, vocab_size).
+    # engine/sources/tokenizing/preprocess.py, engine/tools/_batch_checks.py (image_size, num_classes, vocab_size).
     "additional_config": (
         "max_seq_len", "max_target_len", "vocab_size", "num_classes", "image_size", "sample_rate", "max_length",
     ),

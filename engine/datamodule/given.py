@@ -18,11 +18,11 @@ from engine.sources.kinds import is_hf_dataset_dict, unpack_dataset_dict
 from engine.sources.lengths import check_no_empty_rows
 from engine.sources.long_rows import LongRows, apply_long_rows, check_rows_left, describe, special_frame
 from engine.sources.mixed import MixedSource
-from engine.sources.preprocess import has_raw_text, prepare_source, prepare_stream
 from engine.sources.splits import SplitPlan, plan_splits, split_views
 from engine.sources.streams import EpochStream, check_stream_options, is_hf_stream, peek_rows, stream_fingerprint
 from engine.sources.targets import check_split_targets
-from engine.sources.token_cache import TokenCache, machine_first
+from engine.sources.tokenizing.preprocess import has_raw_text, prepare_source, prepare_stream
+from engine.sources.tokenizing.token_cache import TokenCache, machine_first
 from engine.sources.transforms import RowTransform
 from task_spec import TaskSpec
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from engine.loading.factory import block_order
 from engine.sampling.length import MEGA_BATCH_FACTOR
-from engine.sampling.mixing import MixtureOrder
-from engine.sampling.mixture import Mixture
+from engine.sampling.mixtures.mixture import Mixture
+from engine.sampling.mixtures.order import MixtureOrder
 from engine.sources.adapt import HFSource, TensorListSource
 from engine.sources.lengths import lengths_of
 from engine.sources.mixed import MixedSource

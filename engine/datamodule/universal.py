@@ -23,7 +23,7 @@ from engine.loading.factory import (
     warm_while_listing,
 )
 from engine.loading.state import TrainPosition
-from engine.sampling.mixture import as_mixture
+from engine.sampling.mixtures.mixture import as_mixture
 from engine.sampling.modes import resolve_batching
 from engine.sources.adapt import MapSource
 from engine.sources.bad_rows import SkipReport
@@ -31,7 +31,7 @@ from engine.sources.inputs import check_same_classes, class_maps
 from engine.sources.kinds import is_named_datasets
 from engine.sources.long_rows import LongRows, check_sources
 from engine.sources.splits import SplitPlan
-from engine.sources.token_cache import TokenCache
+from engine.sources.tokenizing.token_cache import TokenCache
 from engine.sources.transforms import split_transforms
 from engine.tools.device import DeviceNormalize
 from engine.tools.report import DataReport, build_report
@@ -91,7 +91,7 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
             ``preprocessing_config['long_rows']`` (and ``'stride'``), else 'truncate'.
         cache_dir, num_proc: Where raw text tokenized once per machine is cached (default beside the datasets
             cache), and the processes that tokenize it.
-        mix: With ``train_data={name: data}``: a :class:`engine.sampling.mixture.Mixture` (or its weights
+        mix: With ``train_data={name: data}``: a :class:`engine.sampling.mixtures.mixture.Mixture` (or its weights
             ``{name: weight}``) that mixes the sources of one task inside every training batch at exact
             proportions, with an optional schedule; see docs/mixtures.md. ``val_split``/``test_split`` cut each
             source.

@@ -33,8 +33,8 @@ from engine.sources.adapt import as_source
 from engine.sources.lengths import lengths_of
 from engine.sources.mixed import MixedSource
 from engine.sources.rows import ColumnarSource
-from engine.sources.shard_listing import Shards, is_url
-from engine.sources.sharded import ShardedSource
+from engine.sources.shards.listing import Shards, is_url
+from engine.sources.shards.source import ShardedSource
 
 
 class DataLoaderFactory:

@@ -211,7 +211,7 @@ def checked(batches: Any, loader: Any) -> Any:
 class CheckedBatches:
     """A loader's iterator, in the parent process: unwraps batches that carry skipped rows into the loader's
     :class:`SkipReport` (checking the cap for this pass) and a worker's shard-reader counts into the loader's
-    source (:meth:`~engine.sources.sharded.ShardedSource.add_worker_counts`, a mixture's
+    source (:meth:`~engine.sources.shards.source.ShardedSource.add_worker_counts`, a mixture's
     :meth:`~engine.sources.mixed.MixedSource.add_worker_counts`), and turns a worker's death into an
     error naming the split and the likely fix. Everything else (``state_dict``, ...) is the wrapped iterator's."""
 

@@ -21,7 +21,7 @@ from engine.core.checks import check_saved_int
 from engine.core.compat import iterator_finished, sampler_state_of, single_process_state
 from engine.core.rng import hash_into
 from engine.sources.adapt import HFSource, MapSource, TorchSource
-from engine.sources.sharded import ShardedSource
+from engine.sources.shards.source import ShardedSource
 from engine.sources.streams import EpochStream
 
 STATE_VERSION = 4

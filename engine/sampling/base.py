@@ -31,7 +31,7 @@ class BatchIndices(list):
     epoch: int | None = None
     ahead: list[int] | None = None
     """The rows of the batch :attr:`EpochBatchSampler.look_ahead` batches later, so a source that fetches from
-    object storage can start reading them now (:mod:`engine.sources.sharded`); None when not asked for."""
+    object storage can start reading them now (:mod:`engine.sources.shards.source`); None when not asked for."""
 
 
 class EpochHandle:
@@ -144,7 +144,7 @@ class EpochBatchSampler(Sampler[list[int]]):
 
     @property
     def mixture(self) -> Any:
-        """The order of a mixture of sources this sampler draws from (:mod:`engine.sampling.mixing`), or None."""
+        """The order of a mixture of sources this sampler draws from (see :mod:`~engine.sampling.mixtures`), or None."""
         order = getattr(self, "order", None)
         return order if callable(getattr(order, "saved", None)) else None
 

@@ -20,7 +20,7 @@ from engine.core.rng import derive_seed
 
 class EpochOrder(Protocol):
     """An epoch order a sampler draws from instead of its own shuffle: :class:`BlockOrder` (sharded data) or
-    :class:`engine.sampling.mixing.MixtureOrder` (a mixture of sources)."""
+    :class:`engine.sampling.mixtures.order.MixtureOrder` (a mixture of sources)."""
 
     size: int
     varies: bool
@@ -54,7 +54,7 @@ class BlockOrder:
     always = False
     """Used only when the sampler shuffles (a mixture's order is its order either way)."""
     varies = False
-    """Every epoch has the same rows (:class:`engine.sampling.mixing.MixtureOrder`'s epochs can differ)."""
+    """Every epoch has the same rows (:class:`engine.sampling.mixtures.order.MixtureOrder`'s epochs can differ)."""
 
     @property
     def key(self) -> int:

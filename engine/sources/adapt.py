@@ -20,8 +20,8 @@ from engine.sources.bad_rows import first_readable
 from engine.sources.files import is_path_data, load_paths
 from engine.sources.kinds import ACCEPTED, TupleRows, columns_dataset, is_column_dict, tuple_fields
 from engine.sources.rows import ColumnarSource, MapSource
-from engine.sources.shard_listing import Shards, is_url
-from engine.sources.sharded import ShardedSource
+from engine.sources.shards.listing import Shards, is_url
+from engine.sources.shards.source import ShardedSource
 
 try:  # datasets is a dependency, but sources of other kinds must not need it at import time
     import datasets as hf_datasets

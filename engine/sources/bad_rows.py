@@ -153,8 +153,8 @@ def transform_skipping(source: Any, rows: list[Any], positions: list[int],
 class WithSkippedRows:
     """A collated batch together with the rows left out of it, on its way from a worker to the parent process;
     also the worker's shard-reader counts since its previous batch (``reader_counts``, see
-    :meth:`engine.sources.sharded.ShardedSource.reader_counts`). ``pin_memory()`` pins the batch, so a pinning loader
-    keeps the records."""
+    :meth:`engine.sources.shards.source.ShardedSource.reader_counts`). ``pin_memory()`` pins the batch, so a
+    pinning loader keeps the records."""
 
     __slots__ = ("batch", "skipped", "reader_counts")
 

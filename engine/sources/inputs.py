@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from engine.sources.adapt import HFSource, MapSource, TensorListSource
-from engine.sources.sharded import ShardedSource
+from engine.sources.shards.source import ShardedSource
 from task_spec import TaskSpec
 
 

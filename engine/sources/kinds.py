@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import Dataset
 
 from engine.sources.files import is_path_data
-from engine.sources.shard_listing import Shards, is_url
+from engine.sources.shards.listing import Shards, is_url
 
 
 def is_hf_dataset_dict(data: Any) -> bool:

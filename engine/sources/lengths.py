@@ -9,7 +9,7 @@ import numpy as np
 from engine.sources.adapt import HFSource, MapSource, TensorListSource, as_source
 from engine.sources.mixed import MixedSource
 from engine.sources.rows import empty_rows_error
-from engine.sources.sharded import ShardedSource
+from engine.sources.shards.source import ShardedSource
 
 
 def lengths_of(source: Any, key: str | None = None) -> np.ndarray:

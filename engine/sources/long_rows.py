@@ -21,7 +21,7 @@ from engine.core.checks import check_choice, check_int, keyword_or_spec
 from engine.sources.adapt import HFSource, MapSource, TensorListSource
 from engine.sources.lengths import lengths_of
 from engine.sources.mixed import MixedSource
-from engine.sources.sharded import ShardedSource
+from engine.sources.shards.source import ShardedSource
 
 POLICIES = ("truncate", "split", "drop")
 

@@ -18,7 +18,7 @@ import numpy as np
 from collators.columns import ColumnBatch, RaggedColumn, SpanColumn
 from engine.core.rng import derive_seed
 from engine.sources.rows import ColumnarSource, MapSource, RowBatch
-from engine.sources.sharded import ShardedSource
+from engine.sources.shards.source import ShardedSource
 from engine.sources.transforms import RowTransform
 
 

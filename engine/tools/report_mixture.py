@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from engine.core.compat import sampler_state_of
-from engine.sampling.mixing import MixtureOrder
+from engine.sampling.mixtures.order import MixtureOrder
 from engine.sampling.position import PassState
 
 STEP_BLOCKS = ("plain", "grouped")
@@ -33,7 +33,7 @@ class _SamplerAt:
 
 
 def served_summary(loader: Any) -> dict[str, Any] | None:
-    """:meth:`MixtureOrder.summary <engine.sampling.mixing.MixtureOrder.summary>` at the last batch ``loader``
+    """:meth:`MixtureOrder.summary <engine.sampling.mixtures.order.MixtureOrder.summary>` at the last batch ``loader``
     handed out, with the rows and tokens its state carries; None for a loader without a mixture."""
     sampler = getattr(loader, "batch_sampler", None)
     order = getattr(sampler, "mixture", None)

@@ -169,12 +169,12 @@ def _row_labels(source: MapSource, field: str, chunk: int = 1024) -> np.ndarray 
 
 
 def shard_reads(sources: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Per corpus of sharded data (:class:`~engine.sources.sharded.ShardedSource`) among ``sources`` (by split),
+    """Per corpus of sharded data (:class:`~engine.sources.shards.source.ShardedSource`) among ``sources`` (by split),
     keyed by the splits that read it (``"train, val"`` for a cut ``val_split``): the listing (``shards``,
     ``row_groups``, ``rows``) and what its reader did (``process``: this process's reader, setup's reads included;
     ``workers``: the loader worker processes', as of each worker's last batch)."""
     from engine.sources.mixed import MixedSource
-    from engine.sources.sharded import ShardedSource
+    from engine.sources.shards.source import ShardedSource
 
     corpora: dict[int, tuple[list[str], ShardedSource]] = {}
     for role, source in sources.items():

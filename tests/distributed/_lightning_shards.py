@@ -9,7 +9,7 @@ from pathlib import Path
 
 from engine import Shards, UniversalDataModule
 from tests.distributed._lightning_elastic import Recorder, trainer
-from tests.engine.sources.shard_corpus import SPEC
+from tests.engine.sources.shards.shard_corpus import SPEC
 
 GLOBAL_BATCH = 16
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.distributed._lightning_elastic import Recorder, trainer
 from tests.distributed._lightning_shards import module
-from tests.engine.sources.shard_corpus import write_corpus
+from tests.engine.sources.shards.shard_corpus import write_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
 

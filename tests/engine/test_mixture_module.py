@@ -13,8 +13,8 @@ from torch.utils.data import Dataset
 from engine import Mixture, Shards, UniversalDataModule
 from engine.loading.factory import batch_sampler_for
 from task_spec import TaskSpec
-from tests.engine.sources.shard_corpus import SPEC as CORPUS_SPEC
-from tests.engine.sources.shard_corpus import write_corpus
+from tests.engine.sources.shards.shard_corpus import SPEC as CORPUS_SPEC
+from tests.engine.sources.shards.shard_corpus import write_corpus
 
 SPEC = TaskSpec.lm_tiny().replace(special_tokens={"pad_token_id": 0}, additional_config={"vocab_size": 64})
 TAGS = {"web": 1, "code": 2, "books": 3}
@@ -299,7 +299,7 @@ def test_loader_workers_send_each_sharded_source_s_reads_by_name(tmp_path, path)
 
 
 def test_sources_of_one_corpus_send_its_reads_once(tmp_path):
-    from engine.sources.sharded import ShardedSource
+    from engine.sources.shards.source import ShardedSource
 
     write_corpus(tmp_path / "corpus", files=2, rows_per_file=80, row_group_rows=40)  # 4 row groups
     corpus = ShardedSource.from_shards(Shards(str(tmp_path / "corpus"), cache_dir=str(tmp_path / "cache")))

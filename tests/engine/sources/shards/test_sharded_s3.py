@@ -10,8 +10,8 @@ import pytest
 
 from engine import Shards, UniversalDataModule
 from engine.sources.adapt import as_source
-from engine.sources.object_stores import ArrowStore
-from tests.engine.sources.shard_corpus import SPEC, docs, write_corpus
+from engine.sources.shards.object_stores import ArrowStore
+from tests.engine.sources.shards.shard_corpus import SPEC, docs, write_corpus
 
 
 @pytest.fixture(params=["pyarrow", "s3fs"])
@@ -138,7 +138,7 @@ def test_the_report_shows_the_retries_of_a_faulty_store(corpus, tmp_path, s3_buc
 def test_a_readers_s3fs_client_reuses_the_service_models_the_listing_parsed(corpus, tmp_path, s3_bucket):
     """Each process's reader (the loader workers' included) makes its own s3fs filesystem; its session takes
     botocore's parsed service models from the listing's rather than parsing them again before its first fetch."""
-    from engine.sources.shard_listing import filesystem, list_shards
+    from engine.sources.shards.listing import filesystem, list_shards
 
     listing = list_shards(shards(s3_bucket, s3_bucket, tmp_path, "s3fs"))
     listed, _ = filesystem(listing.shards)

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from engine import Shards
-from engine.sources.object_stores import ArrowStore, arrow_options, arrow_transient, s3_store, s3fs_only
-from engine.sources.shard_listing import filesystem
+from engine.sources.shards.listing import filesystem
+from engine.sources.shards.object_stores import ArrowStore, arrow_options, arrow_transient, s3_store, s3fs_only
 from tests.object_store import s3_filesystem
 
 ENDPOINT = {"client_kwargs": {"endpoint_url": "http://127.0.0.1:9000", "region_name": "eu-west-1"}}

@@ -1,8 +1,9 @@
 """Tokenization of a corpus on a Ray cluster, for data one machine cannot tokenize in time.
 
-The same tokenize step as on one machine (:class:`~engine.sources.preprocess.TokenizeBatch`, which
-:func:`~engine.sources.preprocess.tokenize_dataset` runs with ``datasets.map``) runs in Ray Data's ``map_batches``
-over Parquet, JSON Lines or CSV files, local or in object storage, and writes a folder of Parquet shards.
+The same tokenize step as on one machine (:class:`~engine.sources.tokenizing.preprocess.TokenizeBatch`, which
+:func:`~engine.sources.tokenizing.preprocess.tokenize_dataset` runs with ``datasets.map``) runs in Ray Data's
+``map_batches`` over Parquet, JSON Lines or CSV files, local or in object storage, and writes a folder of Parquet
+shards.
 
 The shards: ``part-00000-0000.parquet``, ``part-00000-0001.parquet``, ... (write task, then file of that task)
 whose names sort in the corpus order, each with the same token columns (``input_ids`` and ``labels`` as
@@ -23,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 
 from engine.sources.inputs import text_fields
-from engine.sources.preprocess import TokenizeBatch
+from engine.sources.tokenizing.preprocess import TokenizeBatch
 from task_spec import TaskSpec
 
 READERS = {".parquet": "read_parquet", ".jsonl": "read_json", ".json": "read_json", ".csv": "read_csv"}
@@ -33,7 +34,7 @@ SHARD_NAME = "part-{:05d}-{:04d}.parquet"  # write task, then file of the task
 TOKEN_TYPES = {"input_ids": pa.list_(pa.int32()), "attention_mask": pa.list_(pa.int8())}
 # The tokenize step is shipped to the workers by value: a worker then imports transformers and pyarrow to run it,
 # not this package (whose import brings torch and lightning into every worker).
-BY_VALUE = ("engine.sources.preprocess", "engine.sources.ray_tokenize")
+BY_VALUE = ("engine.sources.tokenizing.preprocess", "engine.sources.tokenizing.ray_tokenize")
 INSTALL_HINT = "pip install 'universal-datamodule[ray]'"
 
 

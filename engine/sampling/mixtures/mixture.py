@@ -1,7 +1,7 @@
 """A mixture of named sources of one task inside every batch: the weights, their schedule, what each source does
 when its rows run out, and how a checkpoint of another mixture is treated.
 
-:class:`Mixture` is the declaration; :mod:`engine.sampling.mixing` turns it into each epoch's order of rows.
+:class:`Mixture` is the declaration; :mod:`engine.sampling.mixtures.order` turns it into each epoch's order of rows.
 ``docs/mixtures.md`` sets the semantics beside Mosaic's, Megatron's and torchdata's.
 """
 

@@ -2,7 +2,7 @@
 
 The sources are laid end to end (source ``s``'s row ``i`` is row ``offsets[s] + i`` of the mixed source). An epoch
 is cut into *blocks* of ``block`` positions (the global batch under plain and grouped batching, so a block is one
-training step); :mod:`engine.sampling.mixture_plan` sets how many rows of each source every block takes, keeping
+training step); :mod:`engine.sampling.mixtures.plan` sets how many rows of each source every block takes, keeping
 each source within a row of its share. The positions of a block are then shuffled (seeded), and each source's
 draws are its rows in a seeded permutation per pass. So the order is a pure function of (seed, epoch, the mixture),
 like every order of the engine, and exact resume, elastic resume and every batching mode work on it unchanged.
@@ -22,13 +22,13 @@ import numpy as np
 
 from engine.core.rng import derive_seed
 from engine.sampling.blocks import BlockOrder
-from engine.sampling.mixture import Mixture, changes
-from engine.sampling.mixture_plan import Draws, EpochPlan, walk
+from engine.sampling.mixtures.mixture import Mixture, changes
+from engine.sampling.mixtures.plan import Draws, EpochPlan, walk
 from engine.sampling.served import ServedMeter
 
 
 class MixtureOrder:
-    """The orders of a :class:`~engine.sampling.mixture.Mixture` over sources of ``sizes`` rows, epoch by epoch.
+    """The orders of a :class:`~engine.sampling.mixtures.Mixture` over sources of ``sizes`` rows, epoch by epoch.
 
     Args:
         mixture: The declared mixture.

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine import Mixture
-from engine.sampling.mixing import MixtureOrder
+from engine.sampling.mixtures.order import MixtureOrder
 
 
 def served_by_block(order: MixtureOrder, epoch: int = 0) -> np.ndarray:

@@ -14,9 +14,9 @@ import torch
 from engine import Shards, UniversalDataModule
 from engine.sampling.blocks import BlockOrder
 from engine.sources.adapt import as_source
-from engine.sources.shard_listing import list_shards
-from engine.sources.sharded import ShardedSource
-from tests.engine.sources.shard_corpus import SPEC, docs, write_corpus
+from engine.sources.shards.listing import list_shards
+from engine.sources.shards.source import ShardedSource
+from tests.engine.sources.shards.shard_corpus import SPEC, docs, write_corpus
 
 
 @pytest.fixture()
@@ -370,7 +370,7 @@ def test_building_the_module_reads_no_row(corpus, tmp_path):
 def test_a_row_group_is_cached_in_several_record_batches_and_read_as_one(corpus, tmp_path, monkeypatch):
     """A row group is decoded a few rows at a time into its cache file (the decoder's buffers stay small); rows,
     token columns and windows read from those batches are the files' rows."""
-    from engine.sources import shard_decode
+    from engine.sources.shards import decode as shard_decode
 
     monkeypatch.setattr(shard_decode, "DECODE_BYTES", 64)  # a few rows a record batch
     folder, rows = corpus
@@ -424,7 +424,7 @@ def test_a_row_group_wanted_by_two_processes_at_once_is_fetched_once(corpus, tmp
     import threading
     import time
 
-    from engine.sources.shard_reader import RowGroupReader
+    from engine.sources.shards.reader import RowGroupReader
 
     folder, rows = corpus
     source = as_source(shards(folder, tmp_path))
@@ -466,7 +466,7 @@ def test_a_reader_reuses_the_footers_its_process_listed(corpus, tmp_path, monkey
     """Loader workers forked after the listing read a row group with one ranged read, not its footer again."""
     import pyarrow.parquet as parquet
 
-    from engine.sources.shard_reader import RowGroupReader
+    from engine.sources.shards.reader import RowGroupReader
 
     folder, rows = corpus
     listing = list_shards(shards(folder, tmp_path))

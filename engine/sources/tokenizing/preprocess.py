@@ -1,5 +1,5 @@
 """Tokenization of raw-text columns with batched ``datasets.map``: once per machine and cached on disk for map-style
-data (:mod:`engine.sources.token_cache`), lazily for streams."""
+data (:mod:`engine.sources.tokenizing.token_cache`), lazily for streams."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from typing import Any
 from engine.sources.adapt import HFSource, MapSource
 from engine.sources.inputs import needs_tokenizer, row_keys, text_fields, token_field
 from engine.sources.media import media_columns, with_media_decoded
-from engine.sources.token_cache import TokenCache
+from engine.sources.tokenizing.token_cache import TokenCache
 from task_spec import TaskSpec
 
 
 class TokenizeBatch:
     """The tokenize step of a batch of rows, ``{column: values}`` in, ``{token column: ids}`` out: the one step of
-    :func:`tokenize_dataset` (``datasets.map``) and of :func:`~engine.sources.ray_tokenize.tokenize_on_ray`
+    :func:`tokenize_dataset` (``datasets.map``) and of :func:`~engine.sources.tokenizing.ray_tokenize.tokenize_on_ray`
     (Ray Data). Picklable, so ``datasets`` can fingerprint and cache its result and Ray can ship it to workers."""
 
     def __init__(self, tokenizer: Any, text_field: str, target_field: str | None, labels_key: str,

@@ -16,8 +16,8 @@ import pytest
 
 from engine import Shards
 from engine.sources.adapt import as_source
-from engine.sources.preprocess import TokenizeBatch, tokenize_dataset
-from engine.sources.ray_tokenize import _ArrowTokenize, tokenize_on_ray
+from engine.sources.tokenizing.preprocess import TokenizeBatch, tokenize_dataset
+from engine.sources.tokenizing.ray_tokenize import _ArrowTokenize, tokenize_on_ray
 from task_spec import TaskSpec
 
 ray = pytest.importorskip("ray")

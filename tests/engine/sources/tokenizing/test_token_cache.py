@@ -9,8 +9,8 @@ import pytest
 
 from demo.sample_data import build_tokenizer
 from engine import UniversalDataModule
-from engine.sources.preprocess import tokenize_dataset
-from engine.sources.token_cache import TokenCache, default_cache_dir, is_complete
+from engine.sources.tokenizing.preprocess import tokenize_dataset
+from engine.sources.tokenizing.token_cache import TokenCache, default_cache_dir, is_complete
 from task_spec import TaskSpec
 from tests.distributed._counting_tokenizer import counted, counting_tokenizer
 

@@ -8,8 +8,8 @@ import pytest
 
 from engine import Shards, UniversalDataModule
 from engine.sources.adapt import as_source
-from engine.sources.object_stores import ArrowStore, adlfs_only, azure_options, gcs_options, gcsfs_only
-from tests.engine.sources.shard_corpus import SPEC, docs, write_corpus
+from engine.sources.shards.object_stores import ArrowStore, adlfs_only, azure_options, gcs_options, gcsfs_only
+from tests.engine.sources.shards.shard_corpus import SPEC, docs, write_corpus
 
 
 @pytest.fixture()

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from engine.core.checks import check_int
-from engine.sources.object_stores import ArrowStore, adlfs_only, arrow_store, gcsfs_only, s3fs_only
+from engine.sources.shards.object_stores import ArrowStore, adlfs_only, arrow_store, gcsfs_only, s3fs_only
 
 SHARD_SUFFIXES = {".parquet": "parquet", ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow"}
 """The file kinds a shard may be, by suffix: Parquet, or Arrow IPC (the file or the stream format)."""
@@ -141,7 +141,7 @@ class ShardListing:
 
 def filesystem(shards: Shards, *, own_retries: bool = False) -> tuple[Any, list[str]]:
     """``(filesystem, paths)`` of ``shards``' URLs (one store for all of them): ``s3://``, ``gs://``, ``az://`` through
-    pyarrow's own clients (:func:`~engine.sources.object_stores.arrow_store`) when every storage option has an
+    pyarrow's own clients (:func:`~engine.sources.shards.object_stores.arrow_store`) when every storage option has an
     equivalent there, else through ``fsspec`` (s3fs, gcsfs, adlfs, ...).
 
     ``own_retries``: a filesystem of its own (not fsspec's shared instance) that makes each request once, for a

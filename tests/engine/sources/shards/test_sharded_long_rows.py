@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from engine import Shards, UniversalDataModule
-from engine.sources.sharded import ShardedSource
-from tests.engine.sources.shard_corpus import SPEC, write_corpus
+from engine.sources.shards.source import ShardedSource
+from tests.engine.sources.shards.shard_corpus import SPEC, write_corpus
 
 SHORT = SPEC.replace(additional_config={"max_seq_len": 16})
 

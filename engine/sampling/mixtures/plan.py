@@ -4,7 +4,7 @@ Block by block, the counts keep every source's running count within one row of i
 a schedule its running token count near its share (tokens): each block gives each source the whole part of its
 deficit and the rest of the block to the largest remainders. Full blocks at constant weights are apportioned in one
 vectorized step (the block-by-block rule's result), and mixing by tokens at constant weights merges the sources'
-draws in the order their shares make them due. :mod:`engine.sampling.mixing` turns the counts into an order.
+draws in the order their shares make them due. :mod:`engine.sampling.mixtures.order` turns the counts into an order.
 """
 
 from __future__ import annotations

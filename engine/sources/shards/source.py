@@ -2,7 +2,7 @@
 
 The sources of the engine are map-style, and so is this one: the listing gives every row group's row count, so a
 row's index maps to its row group with one search, and a batch is read from the few row groups its rows lie in
-(:class:`~engine.sources.shard_reader.RowGroupReader`, through the local cache). Everything the engine keys by a
+(:class:`~engine.sources.shards.reader.RowGroupReader`, through the local cache). Everything the engine keys by a
 row's index then holds for shards as for data on disk: the samplers' seeded orders, exact and elastic resume,
 the same batches at any number of workers, equal batches per rank, every batching mode. The training order keeps
 reads local (:mod:`engine.sampling.blocks`): row groups in a seeded order, rows shuffled within a window.
@@ -24,8 +24,8 @@ import numpy as np
 
 from collators.columns import RaggedColumn
 from engine.sources.rows import ColumnarSource, empty_rows_error
-from engine.sources.shard_listing import ShardListing, Shards, list_shards
-from engine.sources.shard_reader import RowGroupReader
+from engine.sources.shards.listing import ShardListing, Shards, list_shards
+from engine.sources.shards.reader import RowGroupReader
 
 
 class Windows(NamedTuple):
@@ -290,7 +290,7 @@ class ShardedSource(ColumnarSource):
         kind = self.listing.schema.field(key).type
         if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)):
             raise TypeError(f"column {key!r} is {kind}, which has no per-row length; tokenize the corpus first "
-                            f"(engine.sources.ray_tokenize) or name a list column such as 'input_ids'")
+                            f"(engine.sources.tokenizing.ray_tokenize) or name a list column such as 'input_ids'")
         saved = self.reader.folder / f"lengths-{self.listing.fingerprint()}-{key}.npy"
         if saved.exists():
             lengths = np.load(saved)

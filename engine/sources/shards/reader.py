@@ -2,7 +2,7 @@
 
 A row group is fetched from its shard (a ranged read through ``fsspec``), checked against the listing (a shard
 that disappeared or was replaced since is named, never read as other data), written to the cache folder as an
-Arrow IPC file (:mod:`engine.sources.shard_decode`: one decode at a time per process, a few record batches), and
+Arrow IPC file (:mod:`engine.sources.shards.decode`: one decode at a time per process, a few record batches), and
 memory-mapped: every loader worker reads the same pages, which the OS can drop and reload, so
 a worker's private memory does not grow with the rows it has read. The cache holds at most ``cache_bytes``; the
 least recently used row groups leave first. A resumed run finds what it fetched before and fetches nothing again.
@@ -26,9 +26,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from engine.sources import shard_decode
-from engine.sources.object_stores import arrow_transient
-from engine.sources.shard_listing import FOOTERS, ShardListing, file_version, filesystem, open_ipc, opened_info
+from engine.sources.shards import decode as shard_decode
+from engine.sources.shards.listing import FOOTERS, ShardListing, file_version, filesystem, open_ipc, opened_info
+from engine.sources.shards.object_stores import arrow_transient
 
 OPEN_GROUPS = 64
 """Row groups a process keeps open (memory-mapped, so this costs address space, not private memory)."""
@@ -183,7 +183,7 @@ class RowGroupReader:
         """Fetch row group ``group`` into the cache file ``path``, unless another process did while this one waited
         for its claim on the file (then False). Its bytes are fetched first (in parallel with other fetches: that
         is where the latency is), then decoded into the file one record batch at a time, one decode at a time in
-        this process (:func:`~engine.sources.shard_decode.write_cache_file`), which gives its buffers back to the
+        this process (:func:`~engine.sources.shards.decode.write_cache_file`), which gives its buffers back to the
         OS before the next starts. A loader worker's private memory then holds one decode's buffers at most."""
         shard, index = int(self.listing.group_shard[group]), int(self.listing.group_index[group])
         self.folder.mkdir(parents=True, exist_ok=True)
