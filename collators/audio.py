@@ -125,15 +125,25 @@ class AudioCollator:
         self.max_length, self.pad_to_multiple_of = max_length, pad_to_multiple_of
         self.features, self.n_mels, self.n_fft, self.hop_length = features, n_mels, n_fft, hop_length
         self.num_classes, self.require_targets = num_classes, bool(require_targets)
-        self._transform: Callable[[torch.Tensor], torch.Tensor] | None = None
-        if features in FEATURES:
+        self._transform = self._make_transform()
+
+    def _make_transform(self) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        if self.features in FEATURES:
             mel = torchaudio.transforms.MelSpectrogram(
-                sample_rate=sample_rate, n_fft=n_fft, hop_length=hop_length, n_mels=n_mels
+                sample_rate=self.sample_rate, n_fft=self.n_fft, hop_length=self.hop_length, n_mels=self.n_mels
             )
-            self._transform = torch.nn.Sequential(mel, torchaudio.transforms.AmplitudeToDB()) \
-                if features == "log_mel" else mel
-        elif callable(features):
-            self._transform = features
+            return torch.nn.Sequential(mel, torchaudio.transforms.AmplitudeToDB()) \
+                if self.features == "log_mel" else mel
+        return self.features if callable(self.features) else None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The options only: a named feature transform is made again on unpickling, so pickling with torch's
+        reductions (a spawn or forkserver worker) never moves this process's filter banks to shared memory."""
+        return {key: value for key, value in self.__dict__.items() if key != "_transform"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._transform = self._make_transform()
 
     def __call__(self, rows: Sequence[Any], generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
         """Collate ``rows``; ``generator`` is accepted for the collator contract and unused (nothing is random)."""

@@ -117,10 +117,24 @@ class VisionCollator:
         self.normalize, self.normalization = bool(normalize), normalization
         self.input_field, self.target_field, self.require_targets = input_field, target_field, bool(require_targets)
         self.grayscale_to_rgb, self.keep_uint8 = bool(grayscale_to_rgb), bool(keep_uint8)
+        self._make_statistics()
+
+    def _make_statistics(self) -> None:
         # torchvision's normalize makes these from the lists on every call: [C, 1, 1] float32, made once here
         self._mean_tensor = torch.tensor(self.mean, dtype=torch.float32).view(-1, 1, 1)
         self._std_tensor = torch.tensor(self.std, dtype=torch.float32).view(-1, 1, 1)
         self._statistics = self._mean_tensor.flatten().numpy(), self._std_tensor.flatten().numpy()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The options only: the statistics are made again from ``mean`` and ``std`` on unpickling. Pickled with
+        torch's reductions (as a spawn or forkserver worker receives it), a tensor is moved to shared memory, which
+        would leave the numpy views in ``_statistics`` pointing at freed memory in this process too."""
+        return {key: value for key, value in self.__dict__.items()
+                if key not in ("_mean_tensor", "_std_tensor", "_statistics")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._make_statistics()
 
     def __call__(self, rows: Sequence[Any], generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
         """Collate ``rows``; ``generator`` is accepted for the collator contract and unused (nothing is random)."""
