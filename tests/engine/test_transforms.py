@@ -298,3 +298,23 @@ class TestATransformThatReturnsNone:
         with pytest.raises(TypeError, match=rf"eval_transform should return the row, but got None from "
                                             rf"eval_transform\(row\) on row {first} of the val data"):
             next(iter(dm.val_dataloader()))
+
+
+def doubles_in_place(row):
+    row["pixel_values"].mul_(2)
+    return row
+
+
+class TestATransformThatChangesTheStoredRowInPlace:
+    """A transform that writes into a tensor the data holds would change the rows of every later epoch: refused at
+    the first row it changes, naming the row, the split, the key and the fix (rows made afresh by each read may be
+    changed)."""
+
+    def test_an_image_tensor_of_a_dict_of_columns_is_refused(self):
+        pictures = {"pixel_values": [torch.full((3, 4, 4), 0.25)] * 8, "labels": [0, 1] * 4}
+        dm = UniversalDataModule(pictures, task_spec=TaskSpec.vision_tiny(), batch_size=4, shuffle=False,
+                                 train_transform=doubles_in_place)
+        with pytest.raises(ValueError, match=r"train_transform should return new values and leave the row it is "
+                                             r"given as it is, but got train_transform\(row\) changing "
+                                             r"row\['pixel_values'\] of row 0 of the train data in place"):
+            next(iter(dm.train_dataloader()))
