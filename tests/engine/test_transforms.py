@@ -5,6 +5,8 @@ fresh every epoch, and never the training augmentation on the validation split."
 import hashlib
 import pickle
 import random
+import sys
+import types
 
 import numpy as np
 import pytest
@@ -227,6 +229,20 @@ class TestErrors:
         with pytest.raises(TypeError, match=r"num_workers=2 with the 'spawn' start method sends the eval_transform "
                                             r"to each worker by pickling, but it cannot be pickled"):
             UniversalDataModule(indexed_rows(), task_spec=LM, num_workers=2, eval_transform=lambda row: row)
+
+    def test_a_transform_of_a_notebook_is_refused_under_spawn_naming_it_and_the_fix(self, monkeypatch):
+        notebook = types.ModuleType("__main__")  # no __file__, no __spec__: as in Jupyter, python -c or stdin
+
+        def shift(row):
+            return row
+
+        shift.__module__, shift.__qualname__, notebook.shift = "__main__", "shift", shift
+        monkeypatch.setitem(sys.modules, "__main__", notebook)
+        with pytest.raises(TypeError, match=r"the train_transform should be importable by the workers that "
+                                            r"num_workers=2 starts with the 'spawn' start method, but it refers to "
+                                            r"shift, defined in __main__, which has no file here"):
+            UniversalDataModule(indexed_rows(), task_spec=LM, num_workers=2, multiprocessing_context="spawn",
+                                train_transform=shift)
 
     def test_a_stream_refuses_a_train_transform(self):
         import datasets
