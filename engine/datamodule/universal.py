@@ -8,7 +8,7 @@ from typing import Any
 import lightning
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from engine.core.distributed import check_trainer_keeps_our_samplers, resolve_world
+from engine.core.distributed import keep_our_samplers, resolve_world, restore_samplers
 from engine.core.locks import ModuleLock
 from engine.core.rng import drawn_seed
 from engine.datamodule import options
@@ -175,6 +175,7 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
         self.long_rows_report: dict[str, dict[str, Any]] = {}  # per split: what long_rows did, after setup
         self._factory, self._position, self._fingerprint = DataLoaderFactory(), TrainPosition(), None
         self._lock = ModuleLock()  # setup and the first train loader run once, whichever threads ask
+        self._samplers_kept = False  # setup turned the trainer's use_distributed_sampler off, until teardown
 
     def prepare_data(self) -> None:
         """Tokenize raw text into the on-disk cache; Lightning runs this once per machine (local rank 0)."""
@@ -184,11 +185,19 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
         """Tokenize raw text and compute the splits, once; later calls (any stage) do nothing. Thread-safe: calls
         from several threads at once set up once, the others wait for it."""
         with self._lock:  # every call: cheap uncontended, and no caller sees a half-done setup
+            # Our loaders shard by rank: Lightning's DDP must not replace their samplers (on until our teardown)
+            self._samplers_kept = keep_our_samplers(self.trainer) or self._samplers_kept
             if not self.datasets and self._given:
                 self._setup()
 
+    def teardown(self, stage: str | None = None) -> None:
+        """Give the trainer back its replacement of samplers (``use_distributed_sampler``), which :meth:`setup`
+        turned off for this module's loaders, for the loaders of its later runs without this module."""
+        if self._samplers_kept:
+            restore_samplers(self.trainer)
+            self._samplers_kept = False
+
     def _setup(self) -> None:
-        check_trainer_keeps_our_samplers(self.trainer)
         self.rank, self.world_size = resolve_world(self.trainer)
         sources, self._fingerprint, self.split_plan, self.long_rows_report = prepare_inputs(
             self._given, self._stream, self.task_spec, self.tokenizer, val_split=self.val_split,
