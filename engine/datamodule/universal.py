@@ -58,6 +58,9 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
         tokenizer: Tokenizer for raw text (tokenized once at setup) and for pad/mask ids.
         val_data, test_data, predict_data: Optional separate datasets of the same kinds.
         val_split, test_split: Fraction in [0, 1) or row count cut from ``train_data`` (seeded, disjoint).
+        stratify: Cut ``val_split``/``test_split`` from every class in proportion (a classification task: the
+            spec's ``target_field``), as ``datasets``' ``train_test_split(stratify_by_column=...)``; still a seeded
+            function of ``seed``. See docs/concepts.md.
         batch_size: Rows per training batch (default 32); ``eval_batch_size`` (default the same) for the others.
             Under ``batching='token_budget'`` or ``'packed'`` training batches are cut by ``max_tokens``, so
             ``batch_size`` is then the evaluation loaders' size, and giving both it and ``eval_batch_size`` is refused.
@@ -108,7 +111,7 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
     def __init__(
         self, train_data: Any = None, *, task_spec: TaskSpec | None = None, tokenizer: Any = None,
         val_data: Any = None, test_data: Any = None, predict_data: Any = None,
-        val_split: float | int = 0.0, test_split: float | int = 0.0,
+        val_split: float | int = 0.0, test_split: float | int = 0.0, stratify: bool = False,
         batch_size: int | None = None, eval_batch_size: int | None = None, num_workers: int = 0, seed: int | None = 42,
         shuffle: bool | None = None, drop_last: bool = False, uneven: str = "pad",
         pin_memory: bool | None = None, persistent_workers: bool | None = None, prefetch_factor: int = 2,
@@ -147,6 +150,8 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
         self.skipped = SkipReport.checked(on_error, max_skipped, is_stream=self._stream is not None)  # rows left out
         self.task_spec, self.tokenizer, self.seed = task_spec, tokenizer, seed
         self.val_split, self.test_split, self.uneven, self.validate = val_split, test_split, uneven, validate
+        self.stratify = options.check_stratify(stratify, task_spec, val_split=val_split, test_split=test_split,
+                                               stream=self._stream is not None, mixture=self.mixture is not None)
         self.rank, self.world_size = 0, 1
         self.train_config, self.eval_config = options.loader_configs(
             batch_size=batch_size, eval_batch_size=eval_batch_size, shuffle=self._stream is None if shuffle is None
@@ -202,7 +207,7 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
         sources, self._fingerprint, self.split_plan, self.long_rows_report = prepare_inputs(
             self._given, self._stream, self.task_spec, self.tokenizer, val_split=self.val_split,
             test_split=self.test_split, seed=self.seed, rank=self.rank, world_size=self.world_size,
-            long_rows=self.long_rows, cache=self.token_cache, transforms=self.transforms)
+            long_rows=self.long_rows, cache=self.token_cache, transforms=self.transforms, stratify=self.stratify)
         self.datasets = sources
         self.skipped.apply_to(sources.values())
         self.truncation = log_long_rows(self.long_rows_report)
