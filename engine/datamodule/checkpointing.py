@@ -41,7 +41,7 @@ class CheckpointedModule:
 
     def state_dict(self) -> dict[str, Any]:
         """The identity (seed, fingerprints, options) and the train loader's position; microseconds to save."""
-        skipped = {} if self.skipped.on_error == "raise" else {SKIPPED_ROWS: self.skipped.state()}
+        skipped = {} if self.skipped.on_error == "raise" else {SKIPPED_ROWS: self.skipped.state_dict()["train"]}
         return {**self.identity(), **self._position.save(epoch_batches=self._trainer_epoch_batches()), **skipped}
 
     def _trainer_epoch_batches(self) -> int | None:
@@ -66,7 +66,7 @@ class CheckpointedModule:
             if self._stream is not None and state_dict.get("train_loader"):
                 check_resumable(self._stream)
             if SKIPPED_ROWS in state_dict:
-                self.skipped.load_state(state_dict[SKIPPED_ROWS])
+                self.skipped.load_state_dict({"train": state_dict[SKIPPED_ROWS]})
             self._position.load(state_dict, retired_because=(
                 "UniversalDataModule.load_state_dict() replaced this train loader; call dm.train_dataloader() "
                 "again and iterate the new loader to continue from the loaded state"))

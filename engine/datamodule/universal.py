@@ -11,6 +11,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from engine.core.distributed import check_trainer_keeps_our_samplers, resolve_world
 from engine.core.locks import ModuleLock
 from engine.core.rng import drawn_seed
+from engine.core.skipped_rows import SkipReport
 from engine.datamodule import options
 from engine.datamodule.checkpointing import CheckpointedModule
 from engine.datamodule.collator import check_collator_kwargs, module_collator
@@ -25,11 +26,10 @@ from engine.loading.factory import (
 from engine.loading.state import TrainPosition
 from engine.sampling.mixtures.mixture import as_mixture
 from engine.sampling.modes import resolve_batching
-from engine.sources.adapt import MapSource
-from engine.sources.bad_rows import SkipReport
 from engine.sources.inputs import check_same_classes, class_maps
 from engine.sources.kinds import is_named_datasets
 from engine.sources.long_rows import LongRows, check_sources
+from engine.sources.rows import MapSource
 from engine.sources.splits import SplitPlan
 from engine.sources.tokenizing.token_cache import TokenCache
 from engine.sources.transforms import split_transforms

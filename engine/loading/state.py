@@ -15,20 +15,17 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
+from torch.utils.data import IterableDataset
 
 from engine.core.checks import check_saved_int
 from engine.core.compat import iterator_finished, sampler_state_of, single_process_state
-from engine.core.rng import hash_into
-from engine.sources.adapt import HFSource, MapSource, TorchSource
-from engine.sources.shards.source import ShardedSource
-from engine.sources.streams import EpochStream
+from engine.sources.protocol import Source
 
-STATE_VERSION = 4
+STATE_VERSION = 5
 """Version of every state the engine writes (module, multi-module, multi-loader). 3: the batching options and
 the sampler's epoch offset are saved. 4: the sampler's ranks, global batch and the parts of its epoch served on
-other ranks are saved (elastic resume)."""
-SAMPLED_ROWS = 16
+other ranks are saved (elastic resume). 5: the data fingerprint is the source's own (every row of a tensor list,
+a torch dataset's rows or its ``fingerprint()``)."""
 
 VERSION, SEED, EPOCH = "version", "seed", "epoch"
 DATA_FINGERPRINT, SPLIT_FINGERPRINT = "data_fingerprint", "split_fingerprint"
@@ -64,28 +61,14 @@ TOPOLOGY = (WORLD_SIZE, NUM_WORKERS)
 """Identity fields an elastic resume (map-style data) may change; the per-rank batch then follows the ranks."""
 
 
-def data_fingerprint(source: MapSource) -> str:
-    """A fingerprint of the data, different whenever the data are replaced, reordered, grown or shrunk.
-
-    Hugging Face data: ``datasets``' own fingerprint. Lists of tensors: a hash of evenly spaced rows. Other
-    datasets: class, length and their ``fingerprint`` attribute if they define one. Their rows are not read,
-    because ``__getitem__`` often augments at random and the same data must still resume.
-    """
+def data_fingerprint(source: Source) -> str:
+    """A fingerprint of the data, different whenever the data are replaced, reordered, grown or shrunk: the row
+    count and the source's own :meth:`~engine.sources.protocol.Source.fingerprint` (Hugging Face data: ``datasets``'
+    fingerprint; shards: files, versions and row groups; tensor lists: every row; a dataset with a ``fingerprint()``:
+    that; other datasets: a few evenly spaced rows, or their class alone when their rows are drawn at random)."""
     digest = hashlib.blake2b(digest_size=12)
-    count = len(source)
-    digest.update(count.to_bytes(8, "little"))
-    if isinstance(source, HFSource):
-        digest.update(str(getattr(source.dataset, "_fingerprint", "")).encode())
-    elif isinstance(source, ShardedSource):  # the files, their versions (ETags) and row groups: no row is read
-        digest.update(source.fingerprint().encode())
-    elif isinstance(source, TorchSource):
-        dataset = source.dataset
-        digest.update(f"{type(dataset).__module__}.{type(dataset).__qualname__}".encode())
-        digest.update(repr(getattr(dataset, "fingerprint", "")).encode())
-    else:
-        positions = sorted({int(p) for p in np.linspace(0, count - 1, num=min(count, SAMPLED_ROWS))}) if count else []
-        for position in positions:
-            hash_into(digest, source[position])
+    digest.update(len(source).to_bytes(8, "little"))
+    digest.update(source.fingerprint().encode())
     return digest.hexdigest()
 
 
@@ -196,7 +179,7 @@ class TrainPosition:
         """The epoch of the current (or next) pass."""
         if self.loader is None:
             return self._pending_epoch
-        if isinstance(self.loader.dataset, EpochStream):
+        if isinstance(self.loader.dataset, IterableDataset):  # a stream keeps its own epoch
             return self.loader.dataset.epoch
         delivered = getattr(self.loader, "delivered_epoch", None)  # a loader whose sampler runs ahead (threads)
         return delivered if delivered is not None else self.loader.batch_sampler.epoch
@@ -231,7 +214,7 @@ class TrainPosition:
         pending, self._pending = self._pending, None
         if pending is None:
             return loader
-        if isinstance(loader.dataset, EpochStream):  # a stream's epoch is set here, in the parent
+        if isinstance(loader.dataset, IterableDataset):  # a stream's epoch is set here, in the parent
             loader.dataset.set_epoch(self._pending_epoch)
         loader.load_state_dict(pending)
         return loader

@@ -6,8 +6,8 @@ import torch
 
 from demo.sample_data import build_tokenizer
 from engine.datamodule.given import prepare_inputs, take_inputs
-from engine.sources.adapt import HFSource, TensorListSource
 from engine.sources.streams import EpochStream
+from engine.sources.wrappers import HFSource, TensorListSource
 from task_spec import TaskSpec
 
 ROWS = [torch.arange(3, 3 + n) for n in range(4, 24)]
