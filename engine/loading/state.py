@@ -20,6 +20,7 @@ import numpy as np
 from engine.core.checks import check_saved_int
 from engine.core.compat import iterator_finished, sampler_state_of, single_process_state
 from engine.core.rng import hash_into
+from engine.loading.settings import RESUMED
 from engine.sources.adapt import HFSource, MapSource, TorchSource
 from engine.sources.shards.source import ShardedSource
 from engine.sources.streams import EpochStream
@@ -50,15 +51,10 @@ IDENTITY_CHECKS = {
                 "dealt to another number of ranks",
     NUM_WORKERS: "a stream's position, or a schedule over several datasets, is held per worker process and cannot "
                  "be dealt to other workers",
-    BATCH_SIZE: "the saved position counts batches of the old size, so rows would be lost or repeated",
-    SHUFFLE: "the order of the epoch differs, so the rest of the saved epoch would lose or repeat rows",
-    BATCHING: "the batching mode cuts the epoch into other batches, so rows would be lost or repeated",
-    MAX_TOKENS: "the token budget cuts the epoch into other batches, so rows would be lost or repeated",
-    DROP_LAST: "the epoch has another number of batches, so the saved position points elsewhere",
-    UNEVEN: "ranks are equalized another way, so each rank's rows differ",
+    **RESUMED,  # batch_size, shuffle, drop_last, uneven, batching, max_tokens: declared with their reasons
 }
 """What a saved state must match to be loaded, and why each matters."""
-LOADER_OPTIONS = (BATCH_SIZE, SHUFFLE, BATCHING, MAX_TOKENS, DROP_LAST, UNEVEN)
+LOADER_OPTIONS = tuple(RESUMED)
 """Identity fields that are the module's own options: the fix is to resume with the saved value."""
 TOPOLOGY = (WORLD_SIZE, NUM_WORKERS)
 """Identity fields an elastic resume (map-style data) may change; the per-rank batch then follows the ranks."""
@@ -90,14 +86,19 @@ def data_fingerprint(source: MapSource) -> str:
 
 
 def module_identity(*, seed: int, data_fingerprint: str | None, split_plan: Any, world_size: int, config: Any,
-                    uneven: str, batching: str, max_tokens: int | None) -> dict[str, Any]:
-    """The identity part of a module's state: what a saved state must match to be loaded (``config`` is the
-    train loader's :class:`~engine.loading.config.DataLoaderConfig`)."""
+                    **settings: Any) -> dict[str, Any]:
+    """The identity part of a module's state: what a saved state must match to be loaded. Each setting a resume
+    checks (:data:`~engine.loading.settings.RESUMED`) is read from ``settings`` (the module's own, resolved:
+    ``uneven``, ``batching``, ``max_tokens``), else from ``config``, the train loader's
+    :class:`~engine.loading.config.DataLoaderConfig`."""
+    unknown = sorted(set(settings) - set(RESUMED))
+    if unknown:
+        raise TypeError(f"module_identity() got settings a resume does not check: {unknown}; those it checks are "
+                        f"{sorted(RESUMED)}")
     return {VERSION: STATE_VERSION, SEED: seed, DATA_FINGERPRINT: data_fingerprint,
             SPLIT_FINGERPRINT: split_plan.fingerprint if split_plan is not None else None,
-            WORLD_SIZE: world_size, NUM_WORKERS: config.num_workers, BATCH_SIZE: config.batch_size,
-            SHUFFLE: config.shuffle, BATCHING: batching, MAX_TOKENS: max_tokens, DROP_LAST: config.drop_last,
-            UNEVEN: uneven}
+            WORLD_SIZE: world_size, NUM_WORKERS: config.num_workers,
+            **{name: settings[name] if name in settings else getattr(config, name) for name in RESUMED}}
 
 
 def check_structure(state: Any, required: tuple[str, ...] = (VERSION, SEED, EPOCH, TRAIN_LOADER)) -> None:
