@@ -66,7 +66,7 @@ def config_signature() -> list[str]:
 def in_a_checkpoint(setting: Setting) -> str:
     if not setting.recorded:
         return "given again"
-    return "recorded; a resume must match" if setting.resume else "recorded"
+    return "recorded; checked on resume" if setting.resume else "recorded"
 
 
 def cell(text: str) -> str:

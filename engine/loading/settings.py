@@ -107,7 +107,9 @@ class Setting:
     not plain is named there, to be given again); False for the data, the tokenizer and ``collate_fn``, which
     ``load_from_checkpoint`` takes again without being asked."""
     resume: str = ""
-    """Why a resumed training state must have been saved with the same value (``""``: it need not)."""
+    """Why a resumed training state must have been saved with the same value (``""``: it need not). An elastic
+    resume of map-style data takes another ``num_workers``, and another ``batch_size`` with the same global batch
+    (:func:`engine.loading.state.check_compatible`)."""
     loader: LoaderField | None = None
     """Its ``DataLoaderConfig`` field, for a loader setting."""
     shown: str = ""
@@ -139,7 +141,8 @@ SETTINGS: tuple[Setting, ...] = (
             "repeat rows", shown="always", loader=LoaderField(
                 "bool", False, "Seeded shuffle with a new order each epoch (derived from seed and the epoch)")),
     Setting("num_workers", "int", 0, "Worker processes; 0 loads in the main process", NON_NEGATIVE, shown="always",
-            loader=LoaderField("int", 0)),
+            resume="a stream's position, or a schedule over several datasets, is held per worker process and cannot "
+            "be dealt to other workers", loader=LoaderField("int", 0)),
     Setting("pin_memory", "bool | None", None, "Page-locked host memory for faster GPU copies (None: when CUDA is "
             "available)", AUTO_BOOL, loader=LoaderField("bool | None", None)),
     Setting("prefetch_factor", "int", 2, "Batches each worker prepares ahead; applies only with workers",
@@ -148,6 +151,7 @@ SETTINGS: tuple[Setting, ...] = (
             AUTO_BOOL, loader=LoaderField("bool | None", None)),
     Setting("seed", "int | None", 42, "Seed of the split, the order and every random choice; None draws one "
             "(secrets.randbits(31)) and records it", Check("int", minimum=0, none=True),
+            resume="the seed decides the split, the order and every random choice",
             loader=LoaderField("int | None", 0, "Seed of the shuffle, of per-batch randomness and of workers; None "
                                "draws one (secrets.randbits(31)) and records it")),
     Setting("collate_fn", "Callable[..., Any] | None", None, "A collate function instead of the registry's "
