@@ -22,7 +22,7 @@ from engine.loading.factory import (
     check_workers_can_start,
     warm_while_listing,
 )
-from engine.loading.settings import NOT_RECORDED, check_module_settings
+from engine.loading.settings import BY_NAME, NOT_RECORDED, check_module_settings
 from engine.loading.state import TrainPosition
 from engine.sampling.mixtures.mixture import as_mixture
 from engine.sampling.modes import resolve_batching
@@ -40,9 +40,9 @@ from engine.tools.summary import render_html, render_text
 from engine.tools.validation import first_batch, validate_first_batch
 from task_spec import TaskSpec
 
-NOT_CHECKPOINTED = ("self", "__class__", *NOT_RECORDED)
-"""Names of ``__init__``'s locals that a checkpoint's configuration leaves out: the data, the tokenizer and the
-callables, given again to ``load_from_checkpoint``."""
+NOT_CHECKPOINTED = NOT_RECORDED
+"""Keywords a checkpoint's configuration leaves out: the data, the tokenizer and ``collate_fn``, given again to
+``load_from_checkpoint`` (declared in :data:`engine.loading.settings.SETTINGS`)."""
 
 
 class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
@@ -124,7 +124,7 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
     ) -> None:
         super().__init__()
         seed = drawn_seed(seed)  # before the configuration is recorded, so a checkpoint holds the seed drawn
-        settings = dict(locals())  # every keyword by name, the seed drawn
+        settings = {name: value for name, value in locals().items() if name in BY_NAME}  # the seed drawn
         check_module_settings(settings)
         options.record_configuration(self, options.checkpoint_configuration(settings, NOT_CHECKPOINTED))
         warm_while_listing([train_data, val_data, test_data, predict_data], num_workers, multiprocessing_context)
