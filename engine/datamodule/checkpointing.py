@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from engine.datamodule import options
+from engine.loading.settings import RESUMED
 from engine.loading.state import SKIPPED_ROWS, check_compatible, check_structure, module_identity
 from engine.sources.streams import check_resumable
 
@@ -35,9 +36,10 @@ class CheckpointedModule:
     def identity(self) -> dict[str, Any]:
         """What a saved state must match to be loaded here: version, seed, fingerprints, ranks and workers."""
         self.setup()
-        config, batching = self.train_config, {"batching": self.batching, "max_tokens": self.max_tokens}
+        config = self.train_config  # the resumed settings it lacks are the module's attributes, resolved
+        own = {name: getattr(self, name) for name in RESUMED if not hasattr(config, name)}
         return module_identity(seed=self.seed, data_fingerprint=self._fingerprint, split_plan=self.split_plan,
-                               world_size=self.world_size, config=config, uneven=self.uneven, **batching)
+                               world_size=self.world_size, config=config, **own)
 
     def state_dict(self) -> dict[str, Any]:
         """The identity (seed, fingerprints, options) and the train loader's position; microseconds to save."""

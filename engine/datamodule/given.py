@@ -34,7 +34,7 @@ ROLES = ("train", "val", "test", "predict")
 
 def take_inputs(train_data: Any, *, val_data: Any, test_data: Any, predict_data: Any, task_spec: Any,
                 tokenizer: Any, val_split: float | int, test_split: float | int, shuffle: bool | None, seed: int,
-                uneven: str, on_error: str = "raise") -> tuple[dict[str, MapSource], Any]:
+                on_error: str = "raise") -> tuple[dict[str, MapSource], Any]:
     """``(sources by role, stream or None)``: the data adapted and checked; a stream's train entry is a peek.
 
     A ``DatasetDict`` is unpacked into its splits; a ``datasets.IterableDataset`` is kept aside as the stream
@@ -45,8 +45,7 @@ def take_inputs(train_data: Any, *, val_data: Any, test_data: Any, predict_data:
     if is_hf_dataset_dict(train_data):
         train_data, val_data, test_data = unpack_dataset_dict(train_data, val_data, test_data)
     check_data_arguments(has_train=train_data is not None, has_predict=predict_data is not None,
-                         val_data=val_data, test_data=test_data, val_split=val_split, test_split=test_split,
-                         uneven=uneven)
+                         val_data=val_data, test_data=test_data, val_split=val_split, test_split=test_split)
     stream = train_data if is_hf_stream(train_data) else None
     if stream is not None:
         check_stream_options(val_split=val_split, test_split=test_split, shuffle=shuffle)

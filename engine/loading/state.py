@@ -19,6 +19,7 @@ from torch.utils.data import IterableDataset
 
 from engine.core.checks import check_saved_int
 from engine.core.compat import iterator_finished, sampler_state_of, single_process_state
+from engine.loading.settings import RESUMED
 from engine.sources.protocol import Source
 
 STATE_VERSION = 5
@@ -30,8 +31,7 @@ a torch dataset's rows or its ``fingerprint()``)."""
 VERSION, SEED, EPOCH = "version", "seed", "epoch"
 DATA_FINGERPRINT, SPLIT_FINGERPRINT = "data_fingerprint", "split_fingerprint"
 WORLD_SIZE, NUM_WORKERS = "world_size", "num_workers"
-BATCH_SIZE, SHUFFLE, DROP_LAST, UNEVEN = "batch_size", "shuffle", "drop_last", "uneven"
-BATCHING, MAX_TOKENS = "batching", "max_tokens"
+BATCH_SIZE, BATCHING, MAX_TOKENS = "batch_size", "batching", "max_tokens"
 TRAIN_LOADER = "train_loader"
 """The train loader's own (torchdata) state: the sampler's epoch and position, and per-worker state."""
 SKIPPED_ROWS = "skipped_rows"
@@ -40,25 +40,19 @@ CHILDREN, MULTI = "children", "multi"
 """A module over several named datasets: each child's identity, and the multi-loader's state."""
 
 IDENTITY_CHECKS = {
-    SEED: "the seed decides the split, the order and every random choice",
+    SEED: RESUMED[SEED],
     DATA_FINGERPRINT: "the training data differ (rows changed, reordered, added or removed)",
     SPLIT_FINGERPRINT: "the train/val/test split differs (val_split, test_split or the data changed)",
     WORLD_SIZE: "a stream, or a schedule over several datasets, resumes each rank's own share, which cannot be "
                 "dealt to another number of ranks",
-    NUM_WORKERS: "a stream's position, or a schedule over several datasets, is held per worker process and cannot "
-                 "be dealt to other workers",
-    BATCH_SIZE: "the saved position counts batches of the old size, so rows would be lost or repeated",
-    SHUFFLE: "the order of the epoch differs, so the rest of the saved epoch would lose or repeat rows",
-    BATCHING: "the batching mode cuts the epoch into other batches, so rows would be lost or repeated",
-    MAX_TOKENS: "the token budget cuts the epoch into other batches, so rows would be lost or repeated",
-    DROP_LAST: "the epoch has another number of batches, so the saved position points elsewhere",
-    UNEVEN: "ranks are equalized another way, so each rank's rows differ",
+    NUM_WORKERS: RESUMED[NUM_WORKERS],
+    **RESUMED,  # the settings a resume checks, declared with their reasons: batch_size, shuffle, drop_last, ...
 }
 """What a saved state must match to be loaded, and why each matters."""
-LOADER_OPTIONS = (BATCH_SIZE, SHUFFLE, BATCHING, MAX_TOKENS, DROP_LAST, UNEVEN)
-"""Identity fields that are the module's own options: the fix is to resume with the saved value."""
 TOPOLOGY = (WORLD_SIZE, NUM_WORKERS)
 """Identity fields an elastic resume (map-style data) may change; the per-rank batch then follows the ranks."""
+LOADER_OPTIONS = tuple(name for name in RESUMED if name not in (SEED, *TOPOLOGY))
+"""Identity fields that are the module's own options: the fix is to resume with the saved value."""
 
 
 def data_fingerprint(source: Source) -> str:
@@ -73,14 +67,19 @@ def data_fingerprint(source: Source) -> str:
 
 
 def module_identity(*, seed: int, data_fingerprint: str | None, split_plan: Any, world_size: int, config: Any,
-                    uneven: str, batching: str, max_tokens: int | None) -> dict[str, Any]:
-    """The identity part of a module's state: what a saved state must match to be loaded (``config`` is the
-    train loader's :class:`~engine.loading.config.DataLoaderConfig`)."""
+                    **settings: Any) -> dict[str, Any]:
+    """The identity part of a module's state: what a saved state must match to be loaded. Each setting a resume
+    checks (:data:`~engine.loading.settings.RESUMED`) but the seed is read from ``settings`` (the module's own,
+    resolved: ``uneven``, ``batching``, ``max_tokens``), else from ``config``, the train loader's
+    :class:`~engine.loading.config.DataLoaderConfig`."""
+    checked = [name for name in RESUMED if name != SEED]
+    unknown = sorted(set(settings) - set(checked))
+    if unknown:
+        raise TypeError(f"module_identity() got settings a resume does not check: {unknown}; those it checks are "
+                        f"{sorted(checked)}")
     return {VERSION: STATE_VERSION, SEED: seed, DATA_FINGERPRINT: data_fingerprint,
-            SPLIT_FINGERPRINT: split_plan.fingerprint if split_plan is not None else None,
-            WORLD_SIZE: world_size, NUM_WORKERS: config.num_workers, BATCH_SIZE: config.batch_size,
-            SHUFFLE: config.shuffle, BATCHING: batching, MAX_TOKENS: max_tokens, DROP_LAST: config.drop_last,
-            UNEVEN: uneven}
+            SPLIT_FINGERPRINT: split_plan.fingerprint if split_plan is not None else None, WORLD_SIZE: world_size,
+            **{name: settings[name] if name in settings else getattr(config, name) for name in checked}}
 
 
 def check_structure(state: Any, required: tuple[str, ...] = (VERSION, SEED, EPOCH, TRAIN_LOADER)) -> None:
