@@ -102,19 +102,12 @@ def _apportion(counts: np.ndarray, total: int) -> np.ndarray:
 
 
 def class_labels(source: Any, field: str) -> np.ndarray | None:
-    """The integer class of every row of ``source`` under ``field``: a ``datasets.Dataset``'s Arrow column (no row
-    is read), else each row fetched once; None where a row has no integer class there."""
-    dataset = getattr(source, "dataset", None)
-    table = getattr(getattr(dataset, "data", None), "table", None)
-    if table is not None and field in table.column_names and len(source) == len(dataset):
-        import pyarrow as pa
-
-        column = table.column(field)
-        if not pa.types.is_integer(column.type) or column.null_count:
-            return None
-        values = column.to_numpy(zero_copy_only=False).astype(np.int64)
-        indices = getattr(dataset, "_indices", None)  # a select() view maps through its indices
-        return values[indices.column(0).to_numpy(zero_copy_only=False)] if indices is not None else values
+    """The integer class of every row of ``source`` under ``field``: the source's own labels where it knows them
+    without reading rows (:meth:`~engine.sources.protocol.Source.labels`: an Arrow column), else each row fetched
+    once; None where a row has no integer class there."""
+    known = source.labels(field)
+    if known is not None:
+        return known
     values = np.empty(len(source), dtype=np.int64)
     for start in range(0, len(source), 1024):
         for offset, row in enumerate(source.__getitems__(list(range(start, min(start + 1024, len(source)))))):

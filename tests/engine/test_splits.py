@@ -87,7 +87,7 @@ class TestStratified:
                          r"val_split=0.0 and test_split=0.0; pass val_split=\.\.\."),
         ("lm_tiny", {"val_split": 0.2}, r"stratify=True .* needs a classification task whose spec names its label "
                                         r"\(target_field\), but got task_type='causal_lm'"),
-        ("cls_tiny", {"val_split": 0.2, "stratify": "labels"}, r"stratify should be True or False, but got "
+        ("cls_tiny", {"val_split": 0.2, "stratify": "labels"}, r"stratify should be a bool, but got "
                                                                r"stratify='labels'"),
     ])
     def test_stratify_where_it_cannot_apply_is_refused(self, spec, options, match):
