@@ -202,3 +202,12 @@ def test_by_tokens_every_block_is_drawn_at_its_own_weights_within_the_longest_ro
     order = MixtureOrder(mixture, [200] * len(names), block=block, seed=seed, lengths=lengths)
     assert (order.plan(0).counts.sum(axis=1) == block).all()
     assert np.abs(token_drift(order)).max() <= max(longest[:len(names)])  # the documented bound
+
+
+def test_a_by_tokens_schedule_checkpoint_of_the_earlier_rule_is_refused():
+    mixture = Mixture({"a": 1, "b": 1}, by="tokens", schedule=[(4, {"a": 1, "b": 3})])
+    order = MixtureOrder(mixture, [50, 50], block=4, seed=0, lengths=[np.ones(50), np.ones(50)])
+    earlier = {key: value for key, value in mixture.describe().items() if key != "blocks"}
+    with pytest.raises(ValueError, match=r"blocks: saved None, now \"each at its step's weights\""):
+        order.check_saved({"declared": earlier, "names": ["a", "b"], "served": {"a": [0, 0], "b": [0, 0]}})
+    assert "blocks" not in Mixture({"a": 1, "b": 1}, by="tokens").describe()  # constant weights: the same rule
