@@ -18,7 +18,7 @@ from engine.sources.kinds import is_hf_dataset_dict, unpack_dataset_dict
 from engine.sources.lengths import check_no_empty_rows
 from engine.sources.long_rows import LongRows, apply_long_rows, check_rows_left, describe, special_frame
 from engine.sources.mixed import MixedSource
-from engine.sources.splits import SplitPlan, plan_splits, split_views
+from engine.sources.splits import SplitPlan, mixed_plan, plan_splits, split_views
 from engine.sources.streams import EpochStream, check_stream_options, is_hf_stream, peek_rows, stream_fingerprint
 from engine.sources.targets import check_split_targets
 from engine.sources.tokenizing.preprocess import has_raw_text, prepare_source, prepare_stream
@@ -163,7 +163,8 @@ def _prepare_mixture(given: dict[str, MapSource], task_spec: Any, tokenizer: Any
     reports = dict(prepared.long_rows) if prepared is not None else {}
     reports.update({f"{role} {name!r}": report for name, part in parts.items()
                     for role, report in part.long_rows.items()})
-    return Prepared(sources, {name: part.fingerprint for name, part in parts.items()}, None, reports)
+    plan = mixed_plan({name: part.plan for name, part in parts.items()})  # a checkpoint's splits are checked too
+    return Prepared(sources, {name: part.fingerprint for name, part in parts.items()}, plan, reports)
 
 
 def _for_roles(sources: dict[str, MapSource], transforms: Mapping[str, Any] | None) -> dict[str, MapSource]:

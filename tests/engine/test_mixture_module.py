@@ -193,6 +193,25 @@ def test_val_split_cuts_every_source():
     assert counts(val) == {1: 7, 2: 3}
 
 
+def test_a_state_saved_with_another_val_split_is_refused_naming_it():
+    dm = module(val_split=0.1)
+    run(dm, 2)
+    state = dm.state_dict()
+    with pytest.raises(ValueError, match=r"split of the mixture's sources \['code', 'web'\] differs .*val_split or "
+                                         r"test_split changed.*Resume with the val_split and test_split of the saved"):
+        module(val_split=0.2).load_state_dict(state)
+    module(val_split=0.1).load_state_dict(state)  # the same splits resume
+
+
+def test_a_state_saved_with_another_mixture_split_is_refused_but_a_new_source_joins():
+    dm = module(val_split=2)
+    run(dm, 2)
+    state = dm.state_dict()
+    joined = module(Mixture({"web": 1, "code": 1, "books": 1}, on_change="new_epoch"), data=sources(books=20),
+                    val_split=2)
+    joined.load_state_dict(state)  # the splits of the sources both have are compared, by name
+
+
 @pytest.mark.parametrize(("call", "error", "match"), [
     (lambda: UniversalDataModule(sources(), task_spec=SPEC), TypeError, r"pass mix=\{name: weight\}"),
     (lambda: UniversalDataModule(Tagged(1, 5), task_spec=SPEC, mix={"web": 1}), TypeError,
