@@ -132,6 +132,11 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
                             f"mix={{name: weight}} to mix them inside every batch, use MultiDataModule(train_data, "
                             f"...) for a loader per name, or pass one dataset")
         if self.mixture is not None:
+            if shuffle is False:  # the mixture's order is a seeded shuffle: shuffle=False would be recorded, not done
+                raise ValueError("shuffle=False with mix=: a mixture draws its sources in a seeded order (each block's "
+                                 "positions and each source's rows are shuffled), so it cannot serve rows in storage "
+                                 "order; leave shuffle unset with mix=, or pass one dataset without mix= for "
+                                 "storage order")
             if not named:
                 names = ", ".join(f"{name!r}: ..." for name in self.mixture.names)
                 raise TypeError(f"mix= mixes named sources, so train_data should be {{name: data}}, but got "

@@ -212,6 +212,12 @@ def test_a_state_saved_with_another_mixture_split_is_refused_but_a_new_source_jo
     joined.load_state_dict(state)  # the splits of the sources both have are compared, by name
 
 
+def test_shuffle_false_with_a_mixture_is_refused_at_construction():
+    with pytest.raises(ValueError, match=r"shuffle=False with mix=: .*leave shuffle unset with mix="):
+        module(shuffle=False)
+    assert module(shuffle=True).train_config.shuffle
+
+
 @pytest.mark.parametrize(("call", "error", "match"), [
     (lambda: UniversalDataModule(sources(), task_spec=SPEC), TypeError, r"pass mix=\{name: weight\}"),
     (lambda: UniversalDataModule(Tagged(1, 5), task_spec=SPEC, mix={"web": 1}), TypeError,
