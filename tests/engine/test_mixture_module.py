@@ -419,3 +419,21 @@ def test_each_source_s_rows_have_their_own_transform_seeds():
                    train_transform=random_bit, batch_size=8, workers=2)
     assert {(int(ids[0]), int(row)): int(bit) for batch in again.train_dataloader()
             for ids, row, bit in zip(batch["input_ids"], batch["row_id"], batch["bit"])} == bits
+
+
+def test_the_served_counts_leave_out_the_rows_on_error_skipped():
+    def skipping():
+        return module(Mixture({"web": 0.5, "code": 0.5}, by="tokens"),
+                      data={"web": Tagged(1, 20), "code": Broken(2, 20)}, on_error="skip", batch_size=8)
+
+    dm = skipping()
+    rows = [row for batch in dm.train_dataloader() for row in served(batch)]
+    code = [row for tag, row in rows if tag == 2]
+    expected = [len(code), sum(2 + row % 5 for row in code)]
+    assert 3 not in code
+    assert dm.state_dict()["train_loader"]["_index_sampler_state"]["mixture"]["served"]["code"] == expected
+    numbers = dm.report().numbers["mixture"]["sources"]["code"]
+    assert [numbers["rows"], numbers["tokens"]] == expected  # the row left out was counted as served
+    resumed = skipping()
+    resumed.load_state_dict(dm.state_dict())
+    assert resumed.report().numbers["mixture"]["sources"]["code"]["rows"] == expected[0]  # carried by a checkpoint
