@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 from engine.datamodule.options import check_data_arguments
@@ -56,8 +56,13 @@ def take_inputs(train_data: Any, *, val_data: Any, test_data: Any, predict_data:
     for role, source in given.items():
         check_inputs(source, task_spec, tokenizer, f"{role}_data", require_target=role != "predict")
     if train_data is not None:  # validates the split arguments now, before any work
-        for part in given["train"].sources if isinstance(given["train"], MixedSource) else [given["train"]]:
-            plan_splits(len(part), val_split=val_split, test_split=test_split, seed=seed)
+        if isinstance(given["train"], MixedSource):
+            for name, part in zip(given["train"].names, given["train"].sources):
+                with source_named(name, "; val_split and test_split cut each source of a mixture on its own: "
+                                        "give a fraction, or a count below the smallest source's rows"):
+                    plan_splits(len(part), val_split=val_split, test_split=test_split, seed=seed)
+        else:
+            plan_splits(len(given["train"]), val_split=val_split, test_split=test_split, seed=seed)
     return given, stream
 
 
@@ -150,8 +155,10 @@ def _prepare_mixture(given: dict[str, MapSource], task_spec: Any, tokenizer: Any
     mixed = given["train"]
     common = {"task_spec": task_spec, "tokenizer": tokenizer, "seed": seed, "rank": rank, "world_size": world_size,
               "long_rows": long_rows, "cache": cache, "transforms": transforms}
-    parts = {name: prepare_inputs({"train": part}, None, val_split=val_split, test_split=test_split, **common)
-             for name, part in zip(mixed.names, mixed.sources)}
+    parts = {}
+    for name, part in zip(mixed.names, mixed.sources):
+        with source_named(name):
+            parts[name] = prepare_inputs({"train": part}, None, val_split=val_split, test_split=test_split, **common)
     check_same_fields({name: part.sources["train"] for name, part in parts.items()})  # raw text now tokenized
     others = {role: source for role, source in given.items() if role != "train"}
     prepared = prepare_inputs(others, None, val_split=0, test_split=0, **common) if others else None
@@ -165,6 +172,16 @@ def _prepare_mixture(given: dict[str, MapSource], task_spec: Any, tokenizer: Any
                     for role, report in part.long_rows.items()})
     plan = mixed_plan({name: part.plan for name, part in parts.items()})  # a checkpoint's splits are checked too
     return Prepared(sources, {name: part.fingerprint for name, part in parts.items()}, plan, reports)
+
+
+@contextlib.contextmanager
+def source_named(name: str, fix: str = "") -> Iterator[None]:
+    """A ValueError raised while one source of a mixture is checked or prepared, naming that source (each is
+    prepared as train data on its own, so the error itself says only "the train data"), and ``fix`` after it."""
+    try:
+        yield
+    except ValueError as error:
+        raise ValueError(f"mixture source train_data[{name!r}]: {error}{fix}") from error
 
 
 def _for_roles(sources: dict[str, MapSource], transforms: Mapping[str, Any] | None) -> dict[str, MapSource]:

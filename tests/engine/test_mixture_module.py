@@ -437,3 +437,15 @@ def test_the_served_counts_leave_out_the_rows_on_error_skipped():
     resumed = skipping()
     resumed.load_state_dict(dm.state_dict())
     assert resumed.report().numbers["mixture"]["sources"]["code"]["rows"] == expected[0]  # carried by a checkpoint
+
+
+def test_errors_of_one_source_name_it():
+    web = [torch.tensor([1, 1])] * 20
+    empty = [torch.tensor([2, 2]), torch.zeros(0, dtype=torch.long), torch.tensor([2])]
+    dm = module({"web": 1, "code": 1}, data={"web": web, "code": empty})
+    with pytest.raises(ValueError, match=r"mixture source train_data\['code'\]: 'input_ids' should hold at least one "
+                                         r"token in every row, but row 1"):
+        dm.setup()
+    with pytest.raises(ValueError, match=r"mixture source train_data\['code'\]: val_split=25 rows is out of range for "
+                                         r"20 rows.*cut each source of a mixture on its own"):
+        module({"web": 1, "code": 1}, data={"web": Tagged(1, 40), "code": Tagged(2, 20)}, val_split=25)
