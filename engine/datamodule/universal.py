@@ -126,7 +126,7 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
         options.record_configuration(self, options.checkpoint_configuration(locals(), NOT_CHECKPOINTED))
         warm_while_listing([train_data, val_data, test_data, predict_data], num_workers, multiprocessing_context)
         self.mixture = as_mixture(mix) if mix is not None else None
-        named = is_named_datasets(train_data, task_spec)
+        named = is_named_datasets(train_data, task_spec, mixed=self.mixture.names if self.mixture else None)
         if named and self.mixture is None:
             raise TypeError(f"train_data={{name: data}} holds several named datasets {sorted(train_data)}; pass "
                             f"mix={{name: weight}} to mix them inside every batch, use MultiDataModule(train_data, "

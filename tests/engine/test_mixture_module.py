@@ -449,3 +449,12 @@ def test_errors_of_one_source_name_it():
     with pytest.raises(ValueError, match=r"mixture source train_data\['code'\]: val_split=25 rows is out of range for "
                                          r"20 rows.*cut each source of a mixture on its own"):
         module({"web": 1, "code": 1}, data={"web": Tagged(1, 40), "code": Tagged(2, 20)}, val_split=25)
+
+
+def test_sources_named_like_columns_are_sources_when_mix_weighs_those_names():
+    ids = [torch.full((3,), 1) for _ in range(20)]
+    labels = [torch.full((5,), 2) for _ in range(20)]
+    dm = UniversalDataModule({"input_ids": ids, "labels": labels}, task_spec=SPEC, mix={"input_ids": 1, "labels": 1},
+                             batch_size=4)
+    batches = list(dm.train_dataloader())
+    assert len(batches) == 10 and all(sorted(batch["input_ids"][:, 0].tolist()) == [1, 1, 2, 2] for batch in batches)
