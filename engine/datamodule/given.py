@@ -159,6 +159,8 @@ def _prepare_mixture(given: dict[str, MapSource], task_spec: Any, tokenizer: Any
     for name, part in zip(mixed.names, mixed.sources):
         with source_named(name):
             parts[name] = prepare_inputs({"train": part}, None, val_split=val_split, test_split=test_split, **common)
+    raw = [name for name, part in zip(mixed.names, mixed.sources) if has_raw_text(part, task_spec)]
+    parts = _tokenized_like_the_others(parts, raw)
     check_same_fields({name: part.sources["train"] for name, part in parts.items()})  # raw text now tokenized
     others = {role: source for role, source in given.items() if role != "train"}
     prepared = prepare_inputs(others, None, val_split=0, test_split=0, **common) if others else None
@@ -182,6 +184,24 @@ def source_named(name: str, fix: str = "") -> Iterator[None]:
         yield
     except ValueError as error:
         raise ValueError(f"mixture source train_data[{name!r}]: {error}{fix}") from error
+
+
+def _tokenized_like_the_others(parts: dict[str, Prepared], raw: list[str]) -> dict[str, Prepared]:
+    """A mixture's raw-text sources, tokenized, without the ``attention_mask`` the tokenizer added when the
+    pre-tokenized sources have none: a row's mask is all ones before padding, and the collator masks the padding
+    of every row alike, so the batches are the same, and the sources have the same fields."""
+    given = [name for name in parts if name not in raw]
+    if not raw or not given or any("attention_mask" in (row_keys(parts[name].sources["train"]) or ())
+                                   for name in given):
+        return parts
+    out = dict(parts)
+    for name in raw:
+        sources = parts[name].sources
+        if all(callable(getattr(source, "without_columns", None)) and "attention_mask" in (row_keys(source) or ())
+               for source in sources.values()):
+            out[name] = parts[name]._replace(sources={role: source.without_columns(["attention_mask"])
+                                                      for role, source in sources.items()})
+    return out
 
 
 def _for_roles(sources: dict[str, MapSource], transforms: Mapping[str, Any] | None) -> dict[str, MapSource]:

@@ -7,6 +7,7 @@ sampler to the collator. ``view(indices)`` selects a split without copying rows.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -76,6 +77,13 @@ class HFSource(ColumnarSource):
     @property
     def column_names(self) -> list[str]:
         return list(self.dataset.column_names)
+
+    def without_columns(self, names: Sequence[str]) -> HFSource:
+        """A copy of this source (its split, role and transform) without the columns ``names``."""
+        source = copy.copy(self)
+        source.dataset = self.dataset.remove_columns(list(names))
+        source._fetchers, source._columnar = [], ArrowBatchFetcher.supports(source.dataset)
+        return source
 
     def __getstate__(self) -> dict[str, Any]:
         # The fetcher holds numpy views of Arrow buffers: rebuilt in each worker rather than pickled as copies.

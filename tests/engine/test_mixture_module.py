@@ -458,3 +458,19 @@ def test_sources_named_like_columns_are_sources_when_mix_weighs_those_names():
                              batch_size=4)
     batches = list(dm.train_dataloader())
     assert len(batches) == 10 and all(sorted(batch["input_ids"][:, 0].tolist()) == [1, 1, 2, 2] for batch in batches)
+
+
+@pytest.mark.parametrize("kind", ["dataset", "tensors"])
+def test_a_raw_text_source_mixes_with_a_pre_tokenized_one(tokenizer, kind):
+    words = ["alpha", "beta", "gamma", "delta"]
+    raw = datasets.Dataset.from_dict({"text": [" ".join(words[: 1 + i % 4]) for i in range(40)]})
+    rows = [[5, 6, 7, 8][: 2 + i % 3] for i in range(40)]
+    ids = datasets.Dataset.from_dict({"input_ids": rows}) if kind == "dataset" else [torch.tensor(r) for r in rows]
+    dm = UniversalDataModule({"raw": raw, "ids": ids}, task_spec=TaskSpec.lm_tiny(), tokenizer=tokenizer,
+                             mix={"raw": 1, "ids": 1}, batch_size=8)
+    alone = UniversalDataModule(raw, task_spec=TaskSpec.lm_tiny(), tokenizer=tokenizer, batch_size=40, shuffle=False)
+    texts = {tuple(row[mask.bool()].tolist()) for batch in alone.train_dataloader()
+             for row, mask in zip(batch["input_ids"], batch["attention_mask"])}
+    served = [tuple(row[mask.bool()].tolist()) for batch in dm.train_dataloader()
+              for row, mask in zip(batch["input_ids"], batch["attention_mask"])]
+    assert len(served) == 80 and sum(row in texts for row in served) == 40  # the raw rows tokenized, masks alike
