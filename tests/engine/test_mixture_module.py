@@ -474,3 +474,33 @@ def test_a_raw_text_source_mixes_with_a_pre_tokenized_one(tokenizer, kind):
     served = [tuple(row[mask.bool()].tolist()) for batch in dm.train_dataloader()
               for row, mask in zip(batch["input_ids"], batch["attention_mask"])]
     assert len(served) == 80 and sum(row in texts for row in served) == 40  # the raw rows tokenized, masks alike
+
+
+def test_resuming_plans_the_same_epochs_whatever_the_epoch_number(monkeypatch):
+    import engine.sampling.mixtures.order as order_module
+
+    walk = order_module.walk
+
+    def resumed_walks(epochs):
+        """The epochs planned to resume after ``epochs`` whole epochs and a batch, and the resumed summary."""
+        dm = module({"web": 0.7, "code": 0.3}, data=sources(web=40, code=30))
+        loader = dm.train_dataloader()
+        for _ in range(epochs):
+            list(loader)
+        batches = iter(loader)
+        next(batches)
+        state, expected = dm.state_dict(), next(batches)
+        walked = []
+        monkeypatch.setattr(order_module, "walk", lambda *args: walked.append(args[1]) or walk(*args))
+        resumed = module({"web": 0.7, "code": 0.3}, data=sources(web=40, code=30))
+        resumed.load_state_dict(state)
+        again = next(iter(resumed.train_dataloader()))
+        monkeypatch.setattr(order_module, "walk", walk)
+        assert served(again) == served(expected)
+        sampler = resumed.train_dataloader().batch_sampler
+        return walked, sampler.mixture.summary(sampler)
+
+    early, _ = resumed_walks(1)
+    late, summary = resumed_walks(12)
+    assert (early, late) == ([0, 1], [0, 12])  # epoch 0 sizes the sampler; was all 13 epochs up to 12
+    assert abs(summary["sources"]["code"]["target_share"] - 0.3) < 0.01  # the summary still counts every epoch
