@@ -70,15 +70,20 @@ class MixtureOrder:
         epoch (:meth:`anchor`: a resume plans its own epoch only, whatever its number)."""
         self._expected_before = np.zeros(len(self.sizes))
         """Rows counted as on target before the origin: what another mixture served, or the epochs before."""
+        self._start: dict[str, Any] | None = None
+        """The ``epoch_start`` of the latest state saved (see :meth:`saved`)."""
 
     def saved(self, sampler: Any) -> dict[str, Any]:
         """What a sampler's state holds of the mixture: its declaration, the rows and tokens served so far, and
         where the current epoch starts (so a resume plans that epoch only, see :meth:`anchor`)."""
         served = self.meter.served(sampler)
         epoch = sampler._pass.epoch
-        plan = self.plan(epoch)
-        start = {"epoch": int(epoch), "step": int(plan.start_step), "starts": [int(one) for one in plan.starts],
-                 "expected": [float(one) for one in self._expected_rows(epoch, 0)]}
+        if self._start is None or self._start["epoch"] != epoch:  # once an epoch: a state is saved every few steps
+            plan = self.plan(epoch)
+            self._start = {"epoch": int(epoch), "step": int(plan.start_step),
+                           "starts": [int(one) for one in plan.starts],
+                           "expected": [float(one) for one in self._expected_rows(epoch, 0)]}
+        start = {**self._start, "starts": list(self._start["starts"]), "expected": list(self._start["expected"])}
         return {"declared": self.mixture.describe(), "names": list(self.mixture.names), "step": self.step(sampler),
                 "served": {name: [int(served[0, s]), int(served[1, s])] for s, name in enumerate(self.mixture.names)},
                 "epoch_start": start}
@@ -105,13 +110,14 @@ class MixtureOrder:
         undo = (self._origin, self._expected_before, self._plans, self._orders, self._epoch_expected)
         self._origin = (start["epoch"], start["step"], tuple(start["starts"]))
         self._expected_before = np.asarray(start["expected"], dtype=np.float64)
-        self._plans, self._orders, self._epoch_expected = {}, {}, {}
+        self._plans, self._orders, self._epoch_expected, self._start = {}, {}, {}, None
         return undo
 
     def unanchor(self, undo: Any) -> None:
         """Put back what :meth:`anchor` replaced (the state it anchored on was refused)."""
         if undo is not None:
             self._origin, self._expected_before, self._plans, self._orders, self._epoch_expected = undo
+            self._start = None
 
     def step(self, sampler: Any) -> int:
         """The training step at the sampler's position, counted in blocks (exact under plain and grouped
@@ -198,7 +204,7 @@ class MixtureOrder:
             raise ValueError(f"sampler state's mixture step should be an integer >= 0, but got {step!r}; the state "
                              f"was not saved by this engine")
         self._origin = (epoch, step, None)
-        self._plans, self._orders, self._epoch_expected = {}, {}, {}
+        self._plans, self._orders, self._epoch_expected, self._start = {}, {}, {}, None
         self._expected_before = self._served_of(saved)[0].astype(np.float64)
 
     @property
