@@ -265,22 +265,21 @@ def _token_block(draws: list[Draws], weights: list[float], targets: list[float],
     before the draw, plus half its own) over its weight; a source of weight 0 is drawn only when the others ran
     out. Not the weights times all the tokens so far: after a switch, that starves a source until its share of
     the whole run catches up with its new weight."""
-    keys, labels = [], []
+    keys, taken = [], []
     for index, (one, weight) in enumerate(zip(draws, weights)):
         count = int(min(size, room[index]))
         if count <= 0:
+            taken.append(0)
             continue
-        if one.lengths is None:  # a source without lengths counts as rows of one token
-            own = np.ones(count)
-        else:
-            one._ensure(one.taken + count)
-            own = np.diff(one._running[one.taken:one.taken + count + 1]).astype(np.float64)
-        due = served[index] - targets[index] + np.cumsum(own) - own / 2
+        one._ensure(one.taken + count)  # the running tokens of the next draws: before each, and after it
+        running = one._running[one.taken:one.taken + count + 1]
+        due = (running[:-1] + running[1:]) * 0.5 + float(served[index] - targets[index] - running[0])
         keys.append(due / weight if weight > 0 else np.full(count, np.inf))
-        labels.append(np.full(count, index))
+        taken.append(count)
     if not keys:
         return [0] * len(draws)
-    merged = np.concatenate(labels)[np.argsort(np.concatenate(keys), kind="stable")][:size]
+    labels = np.repeat(np.arange(len(draws)), taken)
+    merged = labels[np.argsort(np.concatenate(keys), kind="stable")[:size]]
     return np.bincount(merged, minlength=len(draws)).tolist()
 
 
