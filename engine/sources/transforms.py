@@ -137,6 +137,14 @@ class RowTransform:
         self.fresh_keys: set[Any] = set()
         """Keys whose tensors a transform wrote in place and a second read showed fresh (not the stored data's)."""
 
+    def __copy__(self) -> RowTransform:
+        """A copy (a mixture's source gets one with its own seed) that learns afresh which keys its rows make anew:
+        another source may hand out the data's own tensors under the same key."""
+        copied = object.__new__(type(self))
+        copied.__dict__.update(self.__dict__)
+        copied.fresh_keys = set()
+        return copied
+
     def row_seeds(self, epoch: int) -> Callable[[int], int]:
         """``index -> seed`` of the rows of ``epoch``: ``derive_seed(seed, "transform", "train", epoch, index)``
         for training, ``derive_seed(seed, "transform", split, index)`` (no epoch) for the other splits."""

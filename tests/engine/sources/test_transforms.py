@@ -153,6 +153,16 @@ class TestWritesInPlace:
         for epoch in range(2):
             assert [row["x"].tolist() for row in source.__getitems__(batch([1, 3], epoch))] == [[2, 2], [6, 6]]
 
+    def test_a_copy_for_another_source_checks_its_rows_afresh(self):
+        import copy
+
+        fresh = RowTransform(double_in_place, seed=0, role="train")
+        TorchSource(fresh_rows(2)).for_role("train", fresh).__getitems__(batch([0], 0))
+        assert fresh.fresh_keys == {"x"}
+        stored = TensorListSource([torch.ones(2)] * 2, key="x").for_role("train", copy.copy(fresh))
+        with pytest.raises(ValueError, match=r"train_transform should return new values"):
+            stored.__getitems__(batch([0], 0))
+
     def test_a_transform_writing_into_a_stored_numpy_array_writes_into_a_copy(self):
         def add_one(row):
             row["x"] += 1
