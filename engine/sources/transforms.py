@@ -18,7 +18,6 @@ them.
 from __future__ import annotations
 
 import contextlib
-import functools
 import inspect
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -107,6 +106,22 @@ def row_tensors(row: Any) -> list[tuple[Any, torch.Tensor]]:
     return [(key, value) for key, value in items if isinstance(value, torch.Tensor)]
 
 
+def _watched(row: Any) -> tuple[Any, list[tuple[Any, torch.Tensor, int | None]]]:
+    """``(row as the transform gets it, (key, tensor, its write count) of each tensor)``: a dict row, the common case,
+    in one pass over its values; other rows by :func:`held_arrays` and :func:`row_tensors`."""
+    if type(row) is not dict:
+        row = held_arrays(row)
+        return row, [(key, tensor, write_count(tensor)) for key, tensor in row_tensors(row)]
+    given, watched = {}, []
+    for key, value in row.items():
+        if isinstance(value, torch.Tensor):
+            watched.append((key, value, write_count(value)))
+        elif isinstance(value, np.ndarray) and value.flags.writeable:
+            value = value.copy()
+        given[key] = value
+    return given, watched
+
+
 def write_count(tensor: torch.Tensor) -> int | None:
     """How often ``tensor``'s memory was written in place (torch's version counter, shared by its views); None for
     an inference-mode tensor, which keeps no count."""
@@ -165,12 +180,12 @@ class RowTransform:
         seeds = self.row_seeds(epoch)
         context = contextlib.nullcontext() if self.uses_generator else global_rng_kept()
         with context:
-            return [self._one(row, index, seeds(index), None if reread is None else functools.partial(reread, place))
+            return [self._one(row, index, seeds(index), reread, place)
                     for place, (row, index) in enumerate(zip(rows, indices))]
 
-    def _one(self, row: Any, index: int, seed: int, reread: Callable[[], Any] | None = None) -> Any:
-        row = held_arrays(row)  # a transform that sets a key or writes into an array leaves the source's row be
-        watched = [(key, tensor, write_count(tensor)) for key, tensor in row_tensors(row)]
+    def _one(self, row: Any, index: int, seed: int, reread: Callable[[int], Any] | None = None, place: int = 0
+             ) -> Any:
+        row, watched = _watched(row)
         try:
             if self.uses_generator:
                 out = self.transform(row, generator=generator_from(seed))
@@ -184,9 +199,9 @@ class RowTransform:
                             f"{index} of the {self.role} data; end the transform with `return row` (a transform "
                             f"that changes the row in place must still return it)")
         written = [(key, tensor) for key, tensor, count in watched
-                   if count is not None and key not in self.fresh_keys and write_count(tensor) != count]
+                   if count is not None and write_count(tensor) != count and key not in self.fresh_keys]
         if written and reread is not None:
-            self._refuse_writes_into_the_data(written, dict(row_tensors(reread())), index)
+            self._refuse_writes_into_the_data(written, dict(row_tensors(reread(place))), index)
         return out
 
     def _refuse_writes_into_the_data(self, written: list[tuple[Any, torch.Tensor]], again: dict[Any, torch.Tensor],
