@@ -269,17 +269,21 @@ class RowGroupReader:
                                            lambda first, last: self.system.cat_file(path, start=first, end=last))
 
     def lengths(self, group: int, column: str) -> Any:
-        """The list lengths of ``column`` in row group ``group``: from the cache when the row group is there, else
-        reading only that column (Parquet; an Arrow shard's row group is fetched whole and cached)."""
+        """The list lengths of ``column`` in row group ``group`` (read as :meth:`column` reads it)."""
         import pyarrow.compute as pc
 
+        return pc.list_value_length(self.column(group, column)).to_numpy(zero_copy_only=False)
+
+    def column(self, group: int, column: str) -> Any:
+        """Column ``column`` of row group ``group``: from the cache when the row group is there, else reading only
+        that column (Parquet; an Arrow shard's row group is fetched whole and cached)."""
         table = self._open.get(group) or self._mapped(self.cache_path(group))
         shard, index = int(self.listing.group_shard[group]), int(self.listing.group_index[group])
         if table is None and self.listing.kinds[shard] == "parquet":
             table = self._with_retries(group, lambda: self._read(shard, index, column))
         elif table is None:
             table = self.table(group)
-        return pc.list_value_length(table.column(column)).to_numpy(zero_copy_only=False)
+        return table.column(column)
 
     def _with_retries(self, group: int, read: Callable[[], Any]) -> Any:
         """``read()`` of row group ``group``, with exponential backoff after a transient failure; a persistent one

@@ -26,6 +26,7 @@ from collators.columns import RaggedColumn
 from engine.sources.rows import ColumnarSource, empty_rows_error
 from engine.sources.shards.listing import ShardListing, Shards, list_shards
 from engine.sources.shards.reader import RowGroupReader
+from engine.sources.shards.text import TextTokens, text_lengths, tokenizer_hash
 
 
 class Windows(NamedTuple):
@@ -46,6 +47,9 @@ class ShardedSource(ColumnarSource):
     """The token column whose rows must not be empty (set at setup from the spec), checked as batches are read."""
     windows: Windows | None = None
     """The windows this source serves in place of the corpus rows (``long_rows='split'``); None: the rows."""
+    text: TextTokens | None = None
+    """Raw text that the collator tokenizes (set at setup when the shards hold text and no token column): the
+    length-aware modes count its tokens (:mod:`engine.sources.shards.text`)."""
 
     def __init__(self, listing: ShardListing, positions: np.ndarray | None = None) -> None:
         self.listing = listing
@@ -116,6 +120,11 @@ class ShardedSource(ColumnarSource):
                  per_token: Sequence[str]) -> ShardedSource:
         """A source of windows: this source's row at ``rows[i]`` cut to ``[starts[i], ends[i])`` in each of the
         ``per_token`` columns (:func:`engine.sources.long_rows.windows`). Errors name the row a window is from."""
+        if self.text is not None:
+            raise ValueError(f"long_rows='split' cuts token ids into windows, but the shards hold raw text in "
+                             f"{self.text.text_field!r} (tokenized by the collator, batch by batch); tokenize the "
+                             f"shards first (engine.tokenize_on_ray) into a token column, or use long_rows='truncate' "
+                             f"or 'drop'")
         corpus = self.corpus_rows(rows)
         if self.windows is not None:  # windows of windows: spans within the spans
             first = np.asarray(self._spans(rows)[0], dtype=np.int64)
@@ -220,7 +229,7 @@ class ShardedSource(ColumnarSource):
             for name in self.windows.per_token:
                 for row, cut in zip(rows, self._cut([row[name] for row in rows], positions)):
                     row[name] = cut
-        if self.token_key is not None:
+        if self.token_key is not None and self.token_key in self.listing.schema.names:  # raw text: no token column
             self._check_tokens(positions, [len(row.get(self.token_key) or ()) for row in rows])
         return rows
 
@@ -285,6 +294,11 @@ class ShardedSource(ColumnarSource):
         import pyarrow as pa
 
         names = self.column_names
+        if self.text is not None and key not in names:  # raw text: its token counts, counted once
+            saved = self.reader.folder / (f"lengths-{self.listing.fingerprint()}-{self.text.text_field}-tokens-"
+                                          f"{tokenizer_hash(self.text.tokenizer)}.npy")
+            lengths = text_lengths(self.reader, self.text, saved)
+            return lengths if self.positions is None else lengths[self.positions]
         if key is None or key not in names:
             raise KeyError(f"lengths need a list column of the shards, but got key={key!r}; columns are {names}")
         kind = self.listing.schema.field(key).type
@@ -324,7 +338,7 @@ class ShardedSource(ColumnarSource):
         """A source over the same listing that shares this one's reader and worker counts."""
         source = ShardedSource(self.listing, positions)
         source._readers, source._worker_counts = self._readers, self._worker_counts
-        source.hands_columns = self.hands_columns
+        source.hands_columns, source.text = self.hands_columns, self.text
         return source
 
     def __getstate__(self) -> dict[str, Any]:  # the reader's open tables are memory maps of this process
