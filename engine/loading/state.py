@@ -60,6 +60,8 @@ IDENTITY_CHECKS = {
 """What a saved state must match to be loaded, and why each matters."""
 LOADER_OPTIONS = (BATCH_SIZE, SHUFFLE, BATCHING, MAX_TOKENS, DROP_LAST, UNEVEN)
 """Identity fields that are the module's own options: the fix is to resume with the saved value."""
+TOKEN_BATCHING = ("token_budget", "packed")
+"""Batching modes whose batches are cut by ``max_tokens`` (per rank), not by ``batch_size``."""
 TOPOLOGY = (WORLD_SIZE, NUM_WORKERS)
 """Identity fields an elastic resume (map-style data) may change; the per-rank batch then follows the ranks."""
 
@@ -159,8 +161,10 @@ def check_mixed_sources(saved: Mapping[str, Any], current: Mapping[str, Any]) ->
 
 def check_global_batch(saved: Mapping[str, Any], current: Mapping[str, Any], key: str) -> None:
     """Elastic resume keeps the global batch: ``key`` (the per-rank batch) x ranks must be what it was when saved.
-    ``batch_size`` is not a batch of a token budget, so with ``batching='token_budget'`` only ``max_tokens`` counts."""
-    if (key == BATCH_SIZE) == (current.get(BATCHING) == "token_budget"):
+    ``batch_size`` is no batch of a token budget or of packing (their batches are cut by tokens), so with
+    ``batching='token_budget'`` or ``'packed'`` only ``max_tokens`` counts, the global budget being
+    ``max_tokens x world_size``; in the other modes only ``batch_size`` counts."""
+    if (key == BATCH_SIZE) == (current.get(BATCHING) in TOKEN_BATCHING):
         return
     ranks, per_rank = current.get(WORLD_SIZE), current.get(key)
     saved_ranks = check_saved_int("the checkpoint's data state", WORLD_SIZE, saved.get(WORLD_SIZE), low=1)
