@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -207,8 +207,30 @@ def _kind(path: str) -> str | None:
     return SHARD_SUFFIXES.get(os.path.splitext(path)[1].lower())
 
 
+IGNORED_PREFIXES = (".", "_")
+"""Names skipped below a folder or glob, as ``pyarrow.dataset`` skips them (its ``ignore_prefixes`` default): hidden
+files and the leftovers of Spark, Ray and Hadoop writers (``_temporary/``, ``_SUCCESS``, ``_committed_*``)."""
+
+
+def _skipped(match: str, base: str) -> bool:
+    """Whether ``match``, found below ``base`` (the folder searched, or a glob's fixed part), has a name below it
+    starting with one of :data:`IGNORED_PREFIXES`. A file named as such is never skipped."""
+    base = base.rstrip("/")
+    relative = match[len(base):] if base and match.startswith(base + "/") else ""
+    return any(part.startswith(IGNORED_PREFIXES) for part in relative.split("/") if part)
+
+
+def _glob_base(path: str) -> str:
+    """The folders of a glob before its first wildcard (``bucket/corpus`` of ``bucket/corpus/*/part-*.parquet``)."""
+    parts = path.split("/")
+    fixed = next(i for i, part in enumerate(parts) if any(char in part for char in "*?["))
+    return "/".join(parts[:fixed])
+
+
 def _expand(system: Any, paths: list[str], urls: list[str]) -> list[str]:
-    """The shard files that ``paths`` name: files as given, globs expanded, folders searched, in name order."""
+    """The shard files that ``paths`` name: files as given, globs expanded, folders searched, in name order.
+    Below a folder or glob, names starting with ``.`` or ``_`` are skipped (:data:`IGNORED_PREFIXES`); a file
+    named twice (a folder and a file in it) is refused."""
     found: list[str] = []
     for path, url in zip(paths, urls):
         pattern = any(char in path for char in "*?[")
@@ -216,13 +238,23 @@ def _expand(system: Any, paths: list[str], urls: list[str]) -> list[str]:
         if not matches and not pattern and not system.exists(path):
             raise FileNotFoundError(f"no such file or folder: {url!r}; Shards should name Parquet or Arrow files, a "
                                     f"folder or prefix holding them, or a glob")
-        files = [match for match in matches if _kind(match)]
+        base = _glob_base(path) if pattern else path
+        kept = [match for match in matches if not _skipped(match, base)]
+        files = [match for match in kept if _kind(match)]
         if not files:
-            others = sorted({os.path.splitext(match)[1] or match for match in matches})[:5]
+            others = sorted({os.path.splitext(match)[1] or match for match in kept})[:5]
+            skipped = len(matches) - len(kept)
             raise ValueError(f"{url!r} holds no shard: Shards read {', '.join(SHARD_SUFFIXES)} files, but found "
-                             f"{others or 'nothing'}; write the corpus as Parquet (dataset.to_parquet, "
-                             f"df.to_parquet, ray's write_parquet)")
+                             f"{others or 'nothing'}" + (f" (and skipped {skipped} file(s) whose names below it "
+                                                          f"start with '.' or '_', as pyarrow.dataset does)"
+                                                          if skipped else "")
+                             + "; write the corpus as Parquet (dataset.to_parquet, df.to_parquet, ray's "
+                               "write_parquet)")
         found.extend(files)
+    if len(set(found)) < len(found):
+        twice = next(file for file, count in Counter(found).items() if count > 1)
+        raise ValueError(f"the shard {twice!r} is named twice by Shards' urls {urls[:6]} (a folder and a file in it, "
+                         f"or two globs that match it): its rows would be read twice; name each file once")
     kinds = {_kind(path) for path in found}
     if len(kinds) > 1:
         raise ValueError(f"Shards should be of one kind, but got both Parquet and Arrow files (e.g. {found[0]!r} "

@@ -474,3 +474,26 @@ def test_a_reader_reuses_the_footers_its_process_listed(corpus, tmp_path, monkey
     monkeypatch.setattr(parquet, "read_metadata", lambda *args, **kwargs: read.append(args))
     table = RowGroupReader(listing).table(5)  # the process's own reader, or a forked worker's
     assert table.column("input_ids").to_pylist() == rows[190:230] and not read
+
+
+def test_hidden_files_and_writer_leftovers_are_skipped_as_pyarrow_dataset_skips_them(corpus, tmp_path):
+    folder, rows = corpus
+    write_corpus(folder / "_temporary" / "0" / "task-1", files=1)  # Spark's / Hadoop's uncommitted attempt
+    write_corpus(folder / ".ipynb_checkpoints", files=1)
+    pq.write_table(pa.table({"input_ids": [[1]], "doc": [0]}), folder / ".part-004.parquet")
+    pq.write_table(pa.table({"input_ids": [[1]], "doc": [0]}), folder / "_committed_part-005.parquet")
+    (folder / "_SUCCESS").write_text("")
+    listing = list_shards(shards(folder, tmp_path))
+    assert [os.path.basename(name) for name in listing.files] == [f"part-{n:03d}.parquet" for n in range(4)]
+    assert listing.num_rows == len(rows)
+    globbed = list_shards(shards(str(folder) + "/**/*.parquet", tmp_path))
+    assert globbed.files == listing.files
+    hidden = list_shards(shards(folder / "_temporary" / "0" / "task-1", tmp_path))  # named: read as named
+    assert hidden.num_rows == 150
+
+
+def test_a_file_named_twice_is_refused_naming_it(corpus, tmp_path):
+    folder, _ = corpus
+    twice = Shards([str(folder), str(folder / "part-002.parquet")], cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(ValueError, match=r"the shard '.*part-002.parquet' is named twice.*name each file once"):
+        list_shards(twice)
