@@ -2,8 +2,8 @@
 
 :class:`Shards` is what a user gives (a URL or path, or a list of them, with the ``storage_options`` of the
 store); :func:`list_shards` turns it into a :class:`ShardListing`: every file with its size and version (ETag, or
-size and modification time for local files) and every row group with its row count, read from the Parquet footers
-alone (no row is read). The listing is a few arrays of one entry per row group, so the parent's state does not
+for local files a hash of the content's ends) and every row group with its row count, read from the footers alone
+(no row is read). The listing is a few arrays of one entry per row group, so the parent's state does not
 grow with the number of rows, and its fingerprint names the corpus in a saved state.
 """
 
@@ -276,7 +276,7 @@ def _read_footer(system: Any, path: str, kind: str) -> tuple[list[int], Any, int
 
     with system.open(path, "rb") as handle:
         info = opened_info(system, path, handle)
-        size, version = int(info.get("size") or 0), file_version(info)
+        size, version = int(info.get("size") or 0), file_version(info, handle)
         if kind == "parquet":
             metadata = pq.ParquetFile(handle).metadata
             FOOTERS[(path, version)] = metadata
@@ -311,13 +311,40 @@ def open_ipc(handle: Any) -> Any:
         return pa.ipc.open_stream(handle)
 
 
-def file_version(info: dict[str, Any]) -> str:
-    """What changes when a file is replaced: its generation (GCS) or ETag in object storage, else its size and
-    modification time."""
+def file_version(info: dict[str, Any], handle: Any = None) -> str:
+    """What changes when a file is replaced: its generation (GCS) or ETag in object storage; else (a local file)
+    its size and a hash of its end and start (:func:`content_digest`), read from ``handle``. Not its modification
+    time: ``cp -p`` and ``rsync -a`` keep it over new content, and a copy on another machine has another one."""
     for key in ("generation", "ETag", "etag", "md5Hash", "version_id", "VersionId"):
         if info.get(key):
             return str(info[key]).strip('"')
-    return f"{info.get('size')}:{info.get('mtime') or info.get('LastModified') or info.get('last_modified')}"
+    if handle is None:
+        return f"{info.get('size')}:{info.get('mtime') or info.get('LastModified') or info.get('last_modified')}"
+    return f"{info.get('size')}:{content_digest(handle, int(info.get('size') or 0))}"
+
+
+EDGE_BYTES = 64 * 2**10
+"""Bytes hashed at each end of a file without an ETag, beyond a Parquet footer (:func:`content_digest`)."""
+
+
+def content_digest(handle: Any, size: int) -> str:
+    """A hash of a file's content that is cheap to read: a Parquet file's whole footer (the metadata, whose row
+    groups' offsets, sizes and column statistics change with the data) and its last and first 64 KiB; an Arrow IPC
+    file's last and first 64 KiB (its footer, its schema and the edges of its data). ``handle`` is left at 0."""
+    digest = hashlib.blake2b(digest_size=10)
+    tail = min(size, EDGE_BYTES)
+    handle.seek(size - tail)
+    end = handle.read(tail)
+    digest.update(end)
+    if end[-4:] == b"PAR1" and len(end) >= 8:  # the footer's length precedes the magic
+        footer = int.from_bytes(end[-8:-4], "little") + 8
+        if tail < footer <= size:
+            handle.seek(size - footer)
+            digest.update(handle.read(footer - tail))
+    handle.seek(0)
+    digest.update(handle.read(min(size - tail, EDGE_BYTES)))
+    handle.seek(0)
+    return digest.hexdigest()
 
 
 def list_shards(shards: Shards) -> ShardListing:

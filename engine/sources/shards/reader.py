@@ -321,7 +321,7 @@ class RowGroupReader:
                                     f"read: restore the shard, or build the data module again to list the corpus "
                                     f"anew (a saved state of the old corpus will then be refused)") from None
         with handle:
-            version = file_version(opened_info(self.system, self.listing.files[shard], handle))
+            version = file_version(opened_info(self.system, self.listing.files[shard], handle), handle)
             if version != self.listing.versions[shard]:
                 raise ShardChanged(f"shard {url!r} changed since it was listed (version "
                                    f"{self.listing.versions[shard]!r}, now {version!r}); its rows would not be the "

@@ -497,3 +497,29 @@ def test_a_file_named_twice_is_refused_naming_it(corpus, tmp_path):
     twice = Shards([str(folder), str(folder / "part-002.parquet")], cache_dir=str(tmp_path / "cache"))
     with pytest.raises(ValueError, match=r"the shard '.*part-002.parquet' is named twice.*name each file once"):
         list_shards(twice)
+
+
+def test_a_local_shard_replaced_with_its_size_and_modification_time_kept_is_a_new_version(tmp_path):
+    """``cp -p`` and ``rsync -a`` keep the modification time over new content: the version hashes the content's
+    ends (a Parquet footer whole), so the old cache is not served and an old state is refused."""
+    folder = tmp_path / "kept"
+    folder.mkdir()
+
+    def write(offset):
+        table = pa.table({"input_ids": [[5, 6, 7]] * 40, "doc": pa.array(range(offset, offset + 40), pa.int64())})
+        pq.write_table(table, folder / "part-000.parquet", row_group_size=20, compression="none",
+                       use_dictionary=False)
+
+    write(0)
+    before = os.stat(folder / "part-000.parquet")
+    first = module(shards(folder, tmp_path), batch_size=4)
+    assert sorted(epoch(first)) == list(range(40))
+    state = first.state_dict()
+    write(1000)  # other rows of the same size
+    os.utime(folder / "part-000.parquet", ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert os.stat(folder / "part-000.parquet").st_size == before.st_size
+    second = module(shards(folder, tmp_path), batch_size=4)
+    with pytest.raises(ValueError, match="data_fingerprint"):
+        second.load_state_dict(state)
+    assert sorted(epoch(second)) == list(range(1000, 1040))
+    assert list_shards(shards(folder, tmp_path)).versions == second.datasets["train"].listing.versions  # stable
