@@ -10,6 +10,8 @@ import torch
 
 from engine.datamodule import options
 from engine.loading.state import SKIPPED_ROWS, check_compatible, check_structure, module_identity
+from engine.sources.mixed import MixedSource
+from engine.sources.shards.source import ShardedSource
 from engine.sources.streams import check_resumable
 
 
@@ -17,6 +19,17 @@ def read_configuration(checkpoint_path: Any, map_location: Any = None) -> dict[s
     """The data module's configuration stored in a Lightning checkpoint (``datamodule_hyper_parameters``)."""
     checkpoint = torch.load(checkpoint_path, map_location=map_location or "cpu", weights_only=True)
     return checkpoint["datamodule_hyper_parameters"]
+
+
+def shuffle_windows(source: Any) -> int | dict[str, int] | None:
+    """The ``shuffle_window`` of sharded train data (its block order), by name for a mixture's sharded sources;
+    None for other data, whose order has no window."""
+    if isinstance(source, ShardedSource):
+        return source.listing.shards.shuffle_window
+    if isinstance(source, MixedSource):
+        windows = {name: shuffle_windows(part) for name, part in zip(source.names, source.sources)}
+        return {name: window for name, window in windows.items() if window is not None} or None
+    return None
 
 
 class CheckpointedModule:
@@ -37,7 +50,8 @@ class CheckpointedModule:
         self.setup()
         config, batching = self.train_config, {"batching": self.batching, "max_tokens": self.max_tokens}
         return module_identity(seed=self.seed, data_fingerprint=self._fingerprint, split_plan=self.split_plan,
-                               world_size=self.world_size, config=config, uneven=self.uneven, **batching)
+                               world_size=self.world_size, config=config, uneven=self.uneven,
+                               shuffle_window=shuffle_windows(self.datasets.get("train")), **batching)
 
     def state_dict(self) -> dict[str, Any]:
         """The identity (seed, fingerprints, options) and the train loader's position; microseconds to save."""

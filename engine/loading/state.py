@@ -35,6 +35,9 @@ DATA_FINGERPRINT, SPLIT_FINGERPRINT = "data_fingerprint", "split_fingerprint"
 WORLD_SIZE, NUM_WORKERS = "world_size", "num_workers"
 BATCH_SIZE, SHUFFLE, DROP_LAST, UNEVEN = "batch_size", "shuffle", "drop_last", "uneven"
 BATCHING, MAX_TOKENS = "batching", "max_tokens"
+SHUFFLE_WINDOW = "shuffle_window"
+"""Sharded train data's ``Shards(shuffle_window=...)`` (a mixture's: by source name); absent from states saved
+before it was recorded, which are not held to it."""
 TRAIN_LOADER = "train_loader"
 """The train loader's own (torchdata) state: the sampler's epoch and position, and per-worker state."""
 SKIPPED_ROWS = "skipped_rows"
@@ -56,6 +59,8 @@ IDENTITY_CHECKS = {
     MAX_TOKENS: "the token budget cuts the epoch into other batches, so rows would be lost or repeated",
     DROP_LAST: "the epoch has another number of batches, so the saved position points elsewhere",
     UNEVEN: "ranks are equalized another way, so each rank's rows differ",
+    SHUFFLE_WINDOW: "sharded data's epoch order shuffles rows within windows of this many rows, so another window "
+                    "orders the epoch otherwise and the rest of the saved epoch would lose or repeat rows",
 }
 """What a saved state must match to be loaded, and why each matters."""
 LOADER_OPTIONS = (BATCH_SIZE, SHUFFLE, BATCHING, MAX_TOKENS, DROP_LAST, UNEVEN)
@@ -92,14 +97,15 @@ def data_fingerprint(source: MapSource) -> str:
 
 
 def module_identity(*, seed: int, data_fingerprint: str | None, split_plan: Any, world_size: int, config: Any,
-                    uneven: str, batching: str, max_tokens: int | None) -> dict[str, Any]:
+                    uneven: str, batching: str, max_tokens: int | None,
+                    shuffle_window: int | dict[str, int] | None = None) -> dict[str, Any]:
     """The identity part of a module's state: what a saved state must match to be loaded (``config`` is the
-    train loader's :class:`~engine.loading.config.DataLoaderConfig`)."""
+    train loader's :class:`~engine.loading.config.DataLoaderConfig`; ``shuffle_window`` sharded train data's)."""
     return {VERSION: STATE_VERSION, SEED: seed, DATA_FINGERPRINT: data_fingerprint,
             SPLIT_FINGERPRINT: split_plan.fingerprint if split_plan is not None else None,
             WORLD_SIZE: world_size, NUM_WORKERS: config.num_workers, BATCH_SIZE: config.batch_size,
             SHUFFLE: config.shuffle, BATCHING: batching, MAX_TOKENS: max_tokens, DROP_LAST: config.drop_last,
-            UNEVEN: uneven}
+            UNEVEN: uneven, SHUFFLE_WINDOW: shuffle_window}
 
 
 def check_structure(state: Any, required: tuple[str, ...] = (VERSION, SEED, EPOCH, TRAIN_LOADER)) -> None:
@@ -140,8 +146,11 @@ def check_compatible(saved: Mapping[str, Any], current: Mapping[str, Any], *, el
         if key == DATA_FINGERPRINT and isinstance(saved.get(key), Mapping) and isinstance(current.get(key), Mapping):
             check_mixed_sources(saved[key], current[key])
             continue
+        if key == SHUFFLE_WINDOW and key not in saved:  # saved before the window was recorded
+            continue
         if saved.get(key) != current.get(key):
             fix = (f"Resume with {key}={saved.get(key)!r}" if key in LOADER_OPTIONS
+                   else f"Resume with Shards(shuffle_window=...) as saved ({saved.get(key)!r})" if key == SHUFFLE_WINDOW
                    else "Resume with the same data, seed, splits and number of ranks")
             raise ValueError(
                 f"the checkpoint's data state does not match this data module: {key} was {saved.get(key)!r} when "

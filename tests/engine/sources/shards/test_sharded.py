@@ -523,3 +523,20 @@ def test_a_local_shard_replaced_with_its_size_and_modification_time_kept_is_a_ne
         second.load_state_dict(state)
     assert sorted(epoch(second)) == list(range(1000, 1040))
     assert list_shards(shards(folder, tmp_path)).versions == second.datasets["train"].listing.versions  # stable
+
+
+def test_a_state_resumed_with_another_shuffle_window_is_refused_naming_it(corpus, tmp_path):
+    folder, _ = corpus
+    first = module(shards(folder, tmp_path, shuffle_window=64))
+    next(iter(first.train_dataloader()))
+    state = first.state_dict()
+    assert state["shuffle_window"] == 64
+    with pytest.raises(ValueError, match=r"shuffle_window was 64 when saved and is 128 now \(sharded data's epoch "
+                                         r"order.*Resume with Shards\(shuffle_window=\.\.\.\) as saved \(64\)"):
+        module(shards(folder, tmp_path, shuffle_window=128)).load_state_dict(state)
+    mixed = module({"a": shards(folder, tmp_path, shuffle_window=64)}, mix={"a": 1.0})
+    assert mixed.state_dict()["shuffle_window"] == {"a": 64}
+    same = module(shards(folder, tmp_path, shuffle_window=64))
+    same.load_state_dict(state)
+    older = {key: value for key, value in state.items() if key != "shuffle_window"}  # saved before it was recorded
+    module(shards(folder, tmp_path, shuffle_window=64)).load_state_dict(older)
