@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from engine.core.checks import check_int
+from engine.sources.bad_rows import named_error
 from engine.sources.shards.object_stores import ArrowStore, adlfs_only, arrow_store, gcsfs_only, s3fs_only
 
 SHARD_SUFFIXES = {".parquet": "parquet", ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow"}
@@ -82,6 +83,10 @@ class Shards:
         check_int("cache_bytes", self.cache_bytes, minimum=1)
         check_int("shuffle_window", self.shuffle_window, minimum=1)
         check_int("retries", self.retries, minimum=0)
+        if self.cache_dir is not None and os.path.exists(self.cache_dir) and not os.path.isdir(self.cache_dir):
+            raise NotADirectoryError(f"Shards' cache_dir should be a folder, but cache_dir="
+                                     f"{os.fspath(self.cache_dir)!r} is a file; name a folder (it is created if "
+                                     f"missing), or remove that file")
         if not isinstance(self.retry_wait, (int, float)) or self.retry_wait < 0:
             raise ValueError(f"retry_wait should be a non-negative number of seconds, but got "
                              f"retry_wait={self.retry_wait!r}")
@@ -155,7 +160,8 @@ def filesystem(shards: Shards, *, own_retries: bool = False) -> tuple[Any, list[
     systems, paths = [], []
     for url in shards.url_list:
         try:
-            system, path = fsspec.core.url_to_fs(url, **options)
+            bounded = s3fs_bounded(options, own_retries) if url.lower().startswith(("s3://", "s3a://")) else options
+            system, path = fsspec.core.url_to_fs(url, **bounded)
         except ImportError as error:
             scheme = url.split("://", 1)[0].lower()
             needs = {"s3": ("S3", s3fs_only, "s3fs: pip install 'universal-datamodule[s3]'"),
@@ -174,6 +180,24 @@ def filesystem(shards: Shards, *, own_retries: bool = False) -> tuple[Any, list[
         systems[0].retries = 1  # s3fs counts attempts: one, no retry of its own
     _share_models(systems[0])
     return systems[0], paths
+
+
+S3FS_TIMEOUTS = {"connect_timeout": 5, "read_timeout": 20}
+"""botocore's timeouts (seconds) for s3fs where the storage options set none (botocore's own are 60 s each, and
+with its retries and s3fs's an endpoint that accepts connections and never answers held a listing for minutes)."""
+
+
+def s3fs_bounded(options: dict[str, Any], own_retries: bool) -> dict[str, Any]:
+    """``options`` for s3fs with :data:`S3FS_TIMEOUTS` where none are given, and botocore's retries off: one
+    attempt per request (``total_max_attempts=1``; ``max_attempts=1`` would be one retry). A shard reader's retries
+    are then all its own and counted; a listing's are s3fs's, unless the options set botocore's."""
+    config = dict(options.get("config_kwargs") or {})
+    for name, seconds in S3FS_TIMEOUTS.items():
+        config.setdefault(name, seconds)
+    if own_retries or "retries" not in config:
+        config["retries"] = {**(config.get("retries") or {}), "total_max_attempts": 1}
+        config["retries"].pop("max_attempts", None)
+    return {**options, "config_kwargs": config}
 
 
 _MODELS: dict[str, Any] = {}
@@ -354,13 +378,45 @@ def list_shards(shards: Shards) -> ShardListing:
         FileNotFoundError: a path or URL that names nothing.
         ValueError: no shard file found, shards of two kinds, a shard with no rows, or shards whose columns differ.
     """
-    system, paths = filesystem(shards)
-    files = _expand(system, paths, shards.url_list)
+    try:
+        system, paths = filesystem(shards)
+        files = _expand(system, paths, shards.url_list)
+    except (FileNotFoundError, ValueError, ImportError, TypeError):  # named already, with the fix
+        raise
+    except Exception as error:
+        raise named_error(error, f"listing {shards.url_list[:4]} failed: check the URL, the store's credentials "
+                                 f"and permissions and its endpoint (storage_options), and the network; a store "
+                                 f"that does not answer fails after its timeouts (config_kwargs connect_timeout, "
+                                 f"read_timeout)") from error
     kinds = [_kind(path) or "parquet" for path in files]
-    with ThreadPoolExecutor(max_workers=min(16, len(files))) as pool:
-        footers = list(pool.map(lambda item: _read_footer(system, *item), zip(files, kinds)))
-    _keep_models(system)
     protocol = system.protocol if isinstance(system.protocol, str) else system.protocol[0]
+
+    def footer(path: str, kind: str) -> tuple[list[int], Any, int, str]:
+        import pyarrow as pa
+
+        url = path if protocol == "file" or "://" in path else f"{protocol}://{path}"
+        try:
+            return _read_footer(system, path, kind)
+        except FileNotFoundError as error:
+            raise FileNotFoundError(f"shard {url!r} was listed but could not be opened ({error}); the corpus "
+                                    f"changed while it was listed: list it again") from error
+        except (pa.ArrowInvalid, OSError) as error:
+            if not isinstance(error, pa.ArrowInvalid) and "thrift" not in str(error).lower():
+                raise named_error(error, f"reading the footer of shard {url!r} failed: check the store's "
+                                         f"credentials and permissions, and the network") from error
+            # no Parquet or Arrow IPC file (ArrowInvalid), or a damaged footer (Parquet's: "Couldn't deserialize
+            # thrift", an OSError)
+            kinds_text = "Parquet" if kind == "parquet" else "Arrow IPC"
+            raise ValueError(f"shard {url!r} is not a readable {kinds_text} file ({type(error).__name__}: {error}); "
+                             f"its footer is damaged or it is another kind of file with a {kinds_text} name: "
+                             f"rewrite it, or move it out of the corpus") from error
+        except Exception as error:
+            raise named_error(error, f"reading the footer of shard {url!r} failed: check the store's credentials "
+                                     f"and permissions, and the network") from error
+
+    with ThreadPoolExecutor(max_workers=min(16, len(files))) as pool:
+        footers = list(pool.map(lambda item: footer(*item), zip(files, kinds)))
+    _keep_models(system)
     schema = footers[0][1]
     for path, (_, other, _, _) in zip(files, footers):
         if not other.equals(schema):

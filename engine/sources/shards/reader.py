@@ -26,6 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from engine.sources.bad_rows import named_error
 from engine.sources.shards import decode as shard_decode
 from engine.sources.shards.listing import FOOTERS, ShardListing, file_version, filesystem, open_ipc, opened_info
 from engine.sources.shards.object_stores import arrow_transient
@@ -186,7 +187,7 @@ class RowGroupReader:
         this process (:func:`~engine.sources.shards.decode.write_cache_file`), which gives its buffers back to the
         OS before the next starts. A loader worker's private memory then holds one decode's buffers at most."""
         shard, index = int(self.listing.group_shard[group]), int(self.listing.group_index[group])
-        self.folder.mkdir(parents=True, exist_ok=True)
+        make_cache_folder(self.folder)
         with shard_decode.claimed(path):
             if path.exists():
                 return False
@@ -210,13 +211,28 @@ class RowGroupReader:
         return True
 
     def _mapped(self, path: Path) -> Any:
+        """The cache file ``path`` memory-mapped, or None when it is not there. A file that does not read whole (cut
+        short or damaged on disk: every file is written whole before it is renamed into place) is removed, so that
+        its row group is fetched again."""
         import pyarrow as pa
 
         try:
             with pa.memory_map(str(path)) as source:
                 table = pa.ipc.open_file(source).read_all()
             os.utime(path)  # the least recently used leave first
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # not cached (a cache_dir under a file is named in _cache)
+            return None
+        except (pa.ArrowInvalid, OSError) as error:
+            log.warning("the shard cache file %s is damaged (%s: %s); removed, its row group is fetched again",
+                        path, type(error).__name__, error)
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+            except OSError as failed:
+                raise OSError(f"the shard cache file {path} is damaged ({type(error).__name__}: {error}) and could "
+                              f"not be removed ({failed}); delete it (or the cache folder {self.folder}) and run "
+                              f"again") from error
             return None
         return table
 
@@ -294,9 +310,15 @@ class RowGroupReader:
         for attempt in range(1, attempts + 1):
             try:
                 return read()
+            except (ShardChanged, FileNotFoundError):  # named by _opened, with the fix
+                raise
             except Exception as error:  # sorted into transient (retried) and not (raised) below
                 if not is_transient(error):
-                    raise
+                    raise named_error(error, f"reading row group {index} of shard {self.listing.url(shard)!r} "
+                                             f"failed, and another attempt cannot change it: check the store's "
+                                             f"credentials and permissions (HTTP 403), that the object is there "
+                                             f"(404), and that the shard is a whole {self.listing.kinds[shard]} "
+                                             f"file (rewrite it, or remove it from the corpus)") from error
                 if attempt == attempts:
                     raise OSError(
                         f"reading row group {index} of shard {self.listing.url(shard)!r} failed {attempts} times "
@@ -355,6 +377,15 @@ def _sync(path: Path) -> None:
         getattr(os, "fdatasync", os.fsync)(descriptor)
     finally:
         os.close(descriptor)
+
+
+def make_cache_folder(folder: Path) -> None:
+    """Create the shard cache ``folder``, refusing a path that is a file (or lies under one), naming the fix."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as error:
+        raise NotADirectoryError(f"Shards' cache_dir should be a folder, but {str(folder)!r} is a file (or lies "
+                                 f"under one); pass cache_dir=... naming a folder, or remove that file") from error
 
 
 class RaggedView(NamedTuple):

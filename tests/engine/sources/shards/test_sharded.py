@@ -540,3 +540,41 @@ def test_a_state_resumed_with_another_shuffle_window_is_refused_naming_it(corpus
     same.load_state_dict(state)
     older = {key: value for key, value in state.items() if key != "shuffle_window"}  # saved before it was recorded
     module(shards(folder, tmp_path, shuffle_window=64)).load_state_dict(older)
+
+
+@pytest.mark.parametrize("damage", ["not parquet", "footer"])
+def test_a_file_that_is_no_parquet_or_has_a_damaged_footer_is_named_at_the_listing(corpus, tmp_path, damage):
+    folder, _ = corpus
+    data = bytearray((folder / "part-001.parquet").read_bytes())
+    if damage == "footer":
+        length = int.from_bytes(data[-8:-4], "little")
+        for at in range(len(data) - 8 - length, len(data) - 8):
+            data[at] ^= 0x5A
+    (folder / "part-001.parquet").write_bytes(bytes(data) if damage == "footer" else b"id,text\n1,a\n")
+    with pytest.raises(ValueError, match=r"(?s)shard '.*part-001.parquet' is not a readable Parquet file .*rewrite it, "
+                                         r"or move it out of the corpus"):
+        list_shards(shards(folder, tmp_path))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+def test_a_damaged_cache_file_is_fetched_again(corpus, tmp_path, damage):
+    folder, rows = corpus
+    first = as_source(shards(folder, tmp_path))
+    first.__getitems__([0])
+    cached = next(path for path in (tmp_path / "cache").iterdir() if path.suffix == ".arrow")
+    data = cached.read_bytes()
+    cached.write_bytes(data[: len(data) // 2] if damage == "truncated" else b"\0" * len(data))
+    again = as_source(shards(folder, tmp_path))
+    assert [row["input_ids"] for row in again.__getitems__([0, 1])] == rows[:2]
+    assert again.reader.stats["fetched"] == 1
+
+
+def test_a_cache_dir_that_is_a_file_is_refused_naming_it(corpus, tmp_path):
+    folder, _ = corpus
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(NotADirectoryError, match=r"cache_dir should be a folder, but cache_dir='.*file' is a file"):
+        Shards(str(folder), cache_dir=str(tmp_path / "file"))
+    below = as_source(Shards(str(folder), cache_dir=str(tmp_path / "file" / "cache")))
+    with pytest.raises(NotADirectoryError, match=r"cache_dir should be a folder, but '.*file/cache' is a file \(or "
+                                                 r"lies under one\)"):
+        below.__getitems__([0])
