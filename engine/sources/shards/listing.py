@@ -21,6 +21,7 @@ import numpy as np
 
 from engine.core.checks import check_int
 from engine.sources.bad_rows import named_error
+from engine.sources.shards import ipc_index
 from engine.sources.shards.object_stores import ArrowStore, adlfs_only, arrow_store, gcsfs_only, s3fs_only
 
 SHARD_SUFFIXES = {".parquet": "parquet", ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow"}
@@ -116,6 +117,9 @@ class ShardListing:
     schema: Any
     protocol: str = "file"
     _fingerprint: str | None = field(default=None, repr=False)
+    batch_offsets: dict[int, list[int]] = field(default_factory=dict, repr=False)
+    """``{shard: offset of each record batch}`` of the Arrow IPC shards in the stream format (which has no footer to
+    find a batch by), so a row group is read from its offset, not from the stream's start."""
 
     @property
     def num_rows(self) -> int:
@@ -293,8 +297,10 @@ workers forked from it read their row groups without reading those footers again
 KEPT_FOOTERS = 64
 
 
-def _read_footer(system: Any, path: str, kind: str) -> tuple[list[int], Any, int, str]:
-    """``(row counts of the row groups, schema, size, version)`` of one shard, reading its footer only."""
+def _read_footer(system: Any, path: str, kind: str) -> tuple[list[int], Any, int, str, list[int] | None]:
+    """``(row counts of the row groups, schema, size, version, record batch offsets)`` of one shard, reading its
+    footer only (an Arrow IPC file's footer and batches' metadata; a stream's messages' metadata, whose record
+    batches' offsets are returned; None for other shards)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -307,11 +313,18 @@ def _read_footer(system: Any, path: str, kind: str) -> tuple[list[int], Any, int
             while len(FOOTERS) > KEPT_FOOTERS:
                 FOOTERS.popitem(last=False)
             rows = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
-            return rows, metadata.schema.to_arrow_schema(), size, version
+            return rows, metadata.schema.to_arrow_schema(), size, version, None
         reader = open_ipc(handle)
-        batches = [reader.get_batch(i) for i in range(reader.num_record_batches)] if isinstance(
-            reader, pa.ipc.RecordBatchFileReader) else list(reader)
-        return [batch.num_rows for batch in batches], reader.schema, size, version
+        if isinstance(reader, pa.ipc.RecordBatchFileReader):
+            counted = ipc_index.file_rows(handle, size)
+            if counted is None or len(counted) != reader.num_record_batches:  # not as the format says: read them
+                counted = [reader.get_batch(i).num_rows for i in range(reader.num_record_batches)]
+            return counted, reader.schema, size, version, None
+        index = ipc_index.stream_index(handle)
+        if index is None:  # dictionary batches: the batches are read in order, from the start
+            handle.seek(0)
+            return [batch.num_rows for batch in open_ipc(handle)], reader.schema, size, version, None
+        return index[0], reader.schema, size, version, index[1]
 
 
 def opened_info(system: Any, path: str, handle: Any) -> dict[str, Any]:
@@ -391,7 +404,7 @@ def list_shards(shards: Shards) -> ShardListing:
     kinds = [_kind(path) or "parquet" for path in files]
     protocol = system.protocol if isinstance(system.protocol, str) else system.protocol[0]
 
-    def footer(path: str, kind: str) -> tuple[list[int], Any, int, str]:
+    def footer(path: str, kind: str) -> tuple[list[int], Any, int, str, list[int] | None]:
         import pyarrow as pa
 
         url = path if protocol == "file" or "://" in path else f"{protocol}://{path}"
@@ -418,13 +431,13 @@ def list_shards(shards: Shards) -> ShardListing:
         footers = list(pool.map(lambda item: footer(*item), zip(files, kinds)))
     _keep_models(system)
     schema = footers[0][1]
-    for path, (_, other, _, _) in zip(files, footers):
+    for path, (_, other, _, _, _) in zip(files, footers):
         if not other.equals(schema):
             raise ValueError(f"every shard should have the columns of the first ({files[0]!r}: "
                              f"{', '.join(f'{f.name}: {f.type}' for f in schema)}), but {path!r} has "
                              f"{', '.join(f'{f.name}: {f.type}' for f in other)}; write the shards with one schema")
     group_shard, group_index, counts = [], [], []
-    for shard, (rows, _, _, _) in enumerate(footers):
+    for shard, (rows, _, _, _, _) in enumerate(footers):
         for index, count in enumerate(rows):
             if count:
                 group_shard.append(shard)
@@ -436,4 +449,5 @@ def list_shards(shards: Shards) -> ShardListing:
         shards=shards, files=files, kinds=kinds, versions=[footer[3] for footer in footers],
         sizes=[footer[2] for footer in footers], group_shard=np.asarray(group_shard, dtype=np.int32),
         group_index=np.asarray(group_index, dtype=np.int32),
-        group_start=np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]), schema=schema, protocol=protocol)
+        group_start=np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]), schema=schema, protocol=protocol,
+        batch_offsets={shard: footer[4] for shard, footer in enumerate(footers) if footer[4] is not None})

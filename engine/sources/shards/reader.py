@@ -363,6 +363,12 @@ class RowGroupReader:
                 return pq.ParquetFile(handle).read_row_group(index, columns=None if column is None else [column],
                                                              use_threads=False)
         with self._opened(shard) as handle:
+            offsets = self.listing.batch_offsets.get(shard)
+            if offsets is not None:  # a stream: its batch read from its offset, not from the stream's start
+                handle.seek(offsets[index])
+                message = pa.ipc.read_message(handle if isinstance(handle, pa.NativeFile) else
+                                              pa.PythonFile(handle, mode="r"))
+                return pa.Table.from_batches([pa.ipc.read_record_batch(message, self.listing.schema)])
             reader = open_ipc(handle)
             if isinstance(reader, pa.ipc.RecordBatchFileReader):
                 return pa.Table.from_batches([reader.get_batch(index)])

@@ -49,7 +49,7 @@ def test_the_listing_reads_row_groups_from_the_footers(corpus, tmp_path):
     assert not (tmp_path / "cache").exists()  # no row was read
 
 
-@pytest.mark.parametrize("kind", ["parquet", "arrow"])
+@pytest.mark.parametrize("kind", ["parquet", "arrow", "stream"])
 def test_rows_are_the_rows_of_the_files(tmp_path, kind):
     rows = write_corpus(tmp_path / "c", kind=kind)
     source = as_source(shards(tmp_path / "c", tmp_path))
@@ -578,3 +578,23 @@ def test_a_cache_dir_that_is_a_file_is_refused_naming_it(corpus, tmp_path):
     with pytest.raises(NotADirectoryError, match=r"cache_dir should be a folder, but '.*file/cache' is a file \(or "
                                                  r"lies under one\)"):
         below.__getitems__([0])
+
+
+@pytest.mark.parametrize("kind", ["arrow", "stream"])
+def test_arrow_ipc_shards_are_listed_from_metadata_and_a_stream_is_read_from_each_batchs_offset(tmp_path, kind,
+                                                                                               monkeypatch):
+    rows = write_corpus(tmp_path / "c", kind=kind)
+    monkeypatch.setattr(pa.RecordBatchFileReader, "get_batch", None, raising=False)  # a batch's body: not read
+    monkeypatch.setattr(pa.ipc.RecordBatchFileReader, "get_batch", None, raising=False)
+    listing = list_shards(shards(tmp_path / "c", tmp_path))
+    assert listing.group_rows().tolist() == [40, 40, 40, 30] * 4
+    assert sorted(listing.batch_offsets) == ([0, 1, 2, 3] if kind == "stream" else [])
+    monkeypatch.undo()
+    if kind == "stream":
+        def from_the_start(*args, **kwargs):
+            raise AssertionError("a stream shard was read from its start")
+
+        monkeypatch.setattr(pa.ipc, "open_stream", from_the_start)
+    source = ShardedSource(listing)
+    picked = [599, 0, 41, 40, 333, 150, 130]
+    assert [row["input_ids"] for row in source.__getitems__(picked)] == [rows[i] for i in picked]

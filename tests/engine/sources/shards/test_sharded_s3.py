@@ -232,3 +232,20 @@ def test_the_s3fs_readers_botocore_retries_are_off_so_every_retry_is_counted(cor
     assert source.reader.stats["retries"] == 1
     assert len([request for request in faulty_s3.requests if "part-002" in request.path and
                 request.method == "GET"]) == 2
+
+
+@pytest.mark.parametrize("kind", ["arrow", "stream"])
+def test_arrow_ipc_shards_in_the_store_are_listed_from_metadata_and_read_by_offset(tmp_path, s3_bucket, client,
+                                                                                   faulty_s3, kind):
+    rows = write_corpus(tmp_path / "ipc", kind=kind)
+    s3_bucket.upload_folder(tmp_path / "ipc", "ipc/")
+    faulty_s3.reset()
+    source = as_source(Shards(s3_bucket.url("ipc/"), storage_options=options_for(client, faulty_s3),
+                              cache_dir=str(tmp_path / "cache")))
+    size = sum(path.stat().st_size for path in (tmp_path / "ipc").iterdir())
+    ranges = [request.range for request in faulty_s3.requests if request.method == "GET" and request.range]
+    read = sum(int(end) - int(start) + 1 for start, end in (r.split("=")[1].split("-") for r in ranges))
+    if client == "pyarrow" and kind == "arrow":  # ranged reads of exactly what is asked: no batch's body
+        assert read < size / 3
+    picked = [599, 0, 41, 40, 333, 150, 130]
+    assert [row["input_ids"] for row in source.__getitems__(picked)] == [rows[i] for i in picked]
