@@ -6,12 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from engine.sources.adapt import HFSource, MapSource
 from engine.sources.inputs import needs_tokenizer, row_keys, text_fields, token_field
 from engine.sources.media import media_columns, with_media_decoded
+from engine.sources.rows import MapSource
 from engine.sources.shards.source import ShardedSource
 from engine.sources.shards.text import TextTokens
 from engine.sources.tokenizing.token_cache import TokenCache
+from engine.sources.wrappers import HFSource
 from task_spec import TaskSpec
 
 
