@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 
 from engine.core.checks import check_int
-from engine.sources.bad_rows import named_error
 from engine.sources.shards import ipc_index
 from engine.sources.shards.object_stores import ArrowStore, adlfs_only, arrow_store, gcsfs_only, s3fs_only
 
@@ -165,12 +164,14 @@ def filesystem(shards: Shards, *, own_retries: bool = False) -> tuple[Any, list[
     store = arrow_store(shards.url_list, shards.storage_options, own_retries=own_retries)
     if store is not None:
         return store
-    options = dict(shards.storage_options or {}, **({"skip_instance_cache": True} if own_retries else {}))
+    s3 = all(url.lower().startswith(("s3://", "s3a://")) for url in shards.url_list)
+    options = dict(shards.storage_options or {}, **({"skip_instance_cache": True} if own_retries or s3 else {}))
+    if s3:
+        options = s3fs_bounded(options, own_retries)
     systems, paths = [], []
     for url in shards.url_list:
         try:
-            bounded = s3fs_bounded(options, own_retries) if url.lower().startswith(("s3://", "s3a://")) else options
-            system, path = fsspec.core.url_to_fs(url, **bounded)
+            system, path = fsspec.core.url_to_fs(url, **options)
         except ImportError as error:
             scheme = url.split("://", 1)[0].lower()
             needs = {"s3": ("S3", s3fs_only, "s3fs: pip install 'universal-datamodule[s3]'"),
@@ -185,8 +186,8 @@ def filesystem(shards: Shards, *, own_retries: bool = False) -> tuple[Any, list[
         paths.append(path)
     if len({type(system) for system in systems}) > 1:
         raise ValueError(f"Shards' urls should all be in one store, but got {shards.url_list[:4]}")
-    if own_retries and isinstance(getattr(systems[0], "retries", None), int):
-        systems[0].retries = 1  # s3fs counts attempts: one, no retry of its own
+    if (own_retries or s3) and isinstance(getattr(systems[0], "retries", None), int):
+        systems[0].retries = 1  # s3fs counts attempts: one, no retry of its own (botocore's, if any, are bounded)
     _share_models(systems[0])
     return systems[0], paths
 
@@ -196,16 +197,26 @@ S3FS_TIMEOUTS = {"connect_timeout": 5, "read_timeout": 20}
 with its retries and s3fs's an endpoint that accepts connections and never answers held a listing for minutes)."""
 
 
+LISTING_ATTEMPTS = 3
+"""botocore's attempts per request of an s3fs listing where the options set none (its standard mode, which retries
+5xx, throttling, timeouts and dropped connections); s3fs's own retries are off, so that they do not multiply."""
+
+
 def s3fs_bounded(options: dict[str, Any], own_retries: bool) -> dict[str, Any]:
-    """``options`` for s3fs with :data:`S3FS_TIMEOUTS` where none are given, and botocore's retries off: one
-    attempt per request (``total_max_attempts=1``; ``max_attempts=1`` would be one retry). A shard reader's retries
-    are then all its own and counted; a listing's are s3fs's, unless the options set botocore's."""
+    """``options`` for s3fs with :data:`S3FS_TIMEOUTS` where none are given. A shard reader's client
+    (``own_retries``) has botocore's retries off, one attempt per request (``total_max_attempts=1``;
+    ``max_attempts=1`` would be one retry), so that its retries are all the reader's and counted; a listing's
+    client makes :data:`LISTING_ATTEMPTS` through botocore unless the options set its retries. Either way s3fs's own
+    retries are off (:func:`filesystem`), so a request that never answers ends after its attempts' timeouts."""
     config = dict(options.get("config_kwargs") or {})
     for name, seconds in S3FS_TIMEOUTS.items():
         config.setdefault(name, seconds)
-    if own_retries or "retries" not in config:
-        config["retries"] = {**(config.get("retries") or {}), "total_max_attempts": 1}
-        config["retries"].pop("max_attempts", None)
+    if own_retries:
+        config["retries"] = {key: value for key, value in (config.get("retries") or {}).items()
+                             if key != "max_attempts"}
+        config["retries"]["total_max_attempts"] = 1
+    elif "retries" not in config:
+        config["retries"] = {"total_max_attempts": LISTING_ATTEMPTS, "mode": "standard"}
     return {**options, "config_kwargs": config}
 
 
@@ -234,6 +245,16 @@ def _keep_models(system: Any) -> None:
     session = getattr(system, "session", None)
     if "loader" not in _MODELS and hasattr(session, "get_component"):
         _MODELS["loader"] = session.get_component("data_loader")
+
+
+def named_error(error: BaseException, message: str) -> Exception:
+    """An exception of ``error``'s own type whose text is ``message`` and ``error``'s, so ``except OSError`` (or
+    ``PermissionError``) still works; an ``OSError`` when that type takes other arguments (botocore's)."""
+    text = f"{message} ({type(error).__name__}: {error})"
+    try:
+        return type(error)(text)
+    except Exception:
+        return OSError(text)
 
 
 def _kind(path: str) -> str | None:

@@ -26,9 +26,16 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from engine.sources.bad_rows import named_error
 from engine.sources.shards import decode as shard_decode
-from engine.sources.shards.listing import FOOTERS, ShardListing, file_version, filesystem, open_ipc, opened_info
+from engine.sources.shards.listing import (
+    FOOTERS,
+    ShardListing,
+    file_version,
+    filesystem,
+    named_error,
+    open_ipc,
+    opened_info,
+)
 from engine.sources.shards.object_stores import arrow_transient
 
 OPEN_GROUPS = 64
