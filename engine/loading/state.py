@@ -123,6 +123,9 @@ def check_compatible(saved: Mapping[str, Any], current: Mapping[str, Any], *, el
     for key, why in IDENTITY_CHECKS.items():
         if elastic and key in TOPOLOGY:
             continue
+        if key == BATCH_SIZE and current.get(BATCHING) in TOKEN_BATCHING and saved.get(BATCHING) == current.get(
+                BATCHING):  # batches cut by tokens: batch_size cuts none of them
+            continue
         if elastic and key in (BATCH_SIZE, MAX_TOKENS) and saved.get(WORLD_SIZE) != current.get(WORLD_SIZE):
             check_global_batch(saved, current, key)
             continue
