@@ -20,6 +20,17 @@ def read_configuration(checkpoint_path: Any, map_location: Any = None) -> dict[s
     return checkpoint["datamodule_hyper_parameters"]
 
 
+def shuffle_windows(source: Any) -> int | dict[str, int] | None:
+    """The ``shuffle_window`` of sharded train data (its epoch order's), by name for a mixture's sharded sources;
+    None for other data, whose order has no window."""
+    parts = getattr(source, "parts", None)  # a stream has no parts, and no window
+    if parts is None:
+        return None
+    windows = {name: getattr(part, "shuffle_window", None) for name, part in parts()}
+    windows = {name: window for name, window in windows.items() if window is not None}
+    return windows[None] if list(windows) == [None] else windows or None
+
+
 class CheckpointedModule:
     """Mixin of :class:`engine.datamodule.universal.UniversalDataModule`: saving and resuming its training position."""
 
@@ -39,7 +50,8 @@ class CheckpointedModule:
         config = self.train_config  # the resumed settings it lacks are the module's attributes, resolved
         own = {name: getattr(self, name) for name in RESUMED if not hasattr(config, name)}
         return module_identity(seed=self.seed, data_fingerprint=self._fingerprint, split_plan=self.split_plan,
-                               world_size=self.world_size, config=config, **own)
+                               world_size=self.world_size, config=config,
+                               shuffle_window=shuffle_windows(self.datasets.get("train")), **own)
 
     def state_dict(self) -> dict[str, Any]:
         """The identity (seed, fingerprints, options) and the train loader's position; microseconds to save."""
