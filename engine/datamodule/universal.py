@@ -153,12 +153,14 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
             else shuffle, drop_last=drop_last, num_workers=num_workers, pin_memory=pin_memory,
             prefetch_factor=prefetch_factor, persistent_workers=persistent_workers, seed=seed, num_threads=num_threads,
             timeout=timeout, multiprocessing_context=multiprocessing_context)
-        self.batching, self.max_tokens, self.batching_reason = resolve_batching(task_spec, batching, max_tokens,
-                                                                                self.train_config.shuffle)
+        # a stream is never shuffled here: its own refusal below names what it lacks (lengths up front), where
+        # resolve_batching's would ask for shuffle=True, which a stream refuses in turn
+        self.batching, self.max_tokens, self.batching_reason = resolve_batching(
+            task_spec, batching, max_tokens, self.train_config.shuffle or self._stream is not None)
         options.check_batch_size_is_used(self.batching, batch_size, eval_batch_size)
         if self.mixture is not None:
             check_mixture_batching(self.mixture, self.batching)
-        options.check_stream_batching(self._stream is not None, self.batching)
+        options.check_stream_batching(self._stream is not None, self.batching, self.train_config.num_threads)
         self.collator, self.collator_resolution = module_collator(
             task_spec, tokenizer, collate_fn, collator_name, collator_kwargs, device_normalize=device_normalize,
             batching=self.batching, batching_reason=self.batching_reason)

@@ -20,6 +20,7 @@ import numpy as np
 from engine.core.checks import check_saved_int
 from engine.core.compat import iterator_finished, sampler_state_of, single_process_state
 from engine.core.rng import hash_into
+from engine.sampling.modes import BUDGET_MODES
 from engine.sources.adapt import HFSource, MapSource, TorchSource
 from engine.sources.shards.source import ShardedSource
 from engine.sources.streams import EpochStream
@@ -159,8 +160,9 @@ def check_mixed_sources(saved: Mapping[str, Any], current: Mapping[str, Any]) ->
 
 def check_global_batch(saved: Mapping[str, Any], current: Mapping[str, Any], key: str) -> None:
     """Elastic resume keeps the global batch: ``key`` (the per-rank batch) x ranks must be what it was when saved.
-    ``batch_size`` is not a batch of a token budget, so with ``batching='token_budget'`` only ``max_tokens`` counts."""
-    if (key == BATCH_SIZE) == (current.get(BATCHING) == "token_budget"):
+    ``batch_size`` is not a batch of a token budget, so with ``batching='token_budget'`` or ``'packed'`` only
+    ``max_tokens`` counts (there ``batch_size`` sizes the evaluation batches only)."""
+    if (key == BATCH_SIZE) == (current.get(BATCHING) in BUDGET_MODES):
         return
     ranks, per_rank = current.get(WORLD_SIZE), current.get(key)
     saved_ranks = check_saved_int("the checkpoint's data state", WORLD_SIZE, saved.get(WORLD_SIZE), low=1)
