@@ -20,7 +20,7 @@ from transformers import DataCollatorWithPadding
 
 from benchmarks._harness import OutputMismatch, best_seconds, check_same, mtok, result, token_lists, tokenizer
 from engine.datamodule.universal import UniversalDataModule
-from engine.sources.adapt import HFSource
+from engine.sources.wrappers import HFSource
 from task_spec import TaskSpec
 
 NAME = "hf_epoch"

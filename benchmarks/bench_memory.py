@@ -24,7 +24,7 @@ import psutil
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from engine.sources.adapt import TensorListSource
+from engine.sources.wrappers import TensorListSource
 
 CASES = {
     "flat": "flat buffer + offsets (TensorListSource)",

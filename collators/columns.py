@@ -15,7 +15,28 @@ import numpy as np
 
 from collators._layout_index import span_index
 
-__all__ = ["ColumnBatch", "RaggedColumn", "SpanColumn"]
+__all__ = ["ColumnBatch", "RaggedColumn", "RowBatch", "SpanColumn"]
+
+
+class RowBatch(list):
+    """The rows of one batch, plus the seed its random choices derive from (None outside the engine) and where
+    they came from (``role``, and ``indices``: their indices in the data the user gave, not positions in a split),
+    so an error in collation can name them."""
+
+    rng_seed: int | None = None
+    role: str = "data"
+    indices: list[int] | None = None
+    """The user's rows: each row's index in the data given (a window's: the row it was cut from)."""
+    positions: list[int] | None = None
+    """The rows' positions in the source that read them (rows left out by ``on_error`` are not among them)."""
+    sources: list[str] | None = None
+    """A mixture's batch: the source of each row (its ``indices`` are rows of that source); None otherwise."""
+    skipped: list[Any] | None = None
+    """Rows left out because their read failed (``on_error='skip'`` or ``'warn'``): the engine's ``SkippedRow``
+    records; None when all read."""
+    reader_counts: dict[str, Any] | None = None
+    """In a loader worker reading shards: its reader's counts since its previous batch, for the parent's source
+    (``add_worker_counts``); a mixture's are ``{name: counts}`` of its sharded sources."""
 
 
 class RaggedColumn(NamedTuple):

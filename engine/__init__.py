@@ -2,6 +2,8 @@
 
 from collators import CollatorRegistry
 from engine.core.rng import derive_seed
+from engine.core.skipped_rows import SkippedRow, SkipReport
+from engine.core.stateful import Stateful
 from engine.datamodule.protocol import DataModuleProtocol
 from engine.datamodule.universal import UniversalDataModule
 from engine.loading.config import DataLoaderConfig
@@ -15,7 +17,7 @@ from engine.sampling.length import LengthGroupedBatchSampler, TokenBudgetBatchSa
 from engine.sampling.mixtures.mixture import Mixture
 from engine.sampling.packed import PackedBatchSampler
 from engine.sampling.seeded import SeededBatchSampler
-from engine.sources.bad_rows import SkippedRow, SkipReport
+from engine.sources.protocol import Source, UserSource
 from engine.sources.shards.listing import Shards
 from engine.sources.splits import SplitPlan, plan_splits
 from engine.sources.tokenizing.ray_tokenize import tokenize_on_ray
@@ -56,9 +58,12 @@ __all__ = [
     "SkipReport",
     "SkippedRow",
     "SkippedRowsCallback",
+    "Source",
     "SplitPlan",
+    "Stateful",
     "TokenBudgetBatchSampler",
     "UniversalDataModule",
+    "UserSource",
     "ValidationReport",
     "build_multi_loader",
     "create_loader",

@@ -18,7 +18,7 @@ from torch.utils.data import get_worker_info
 
 from engine.collation.seeded_collate import SeededCollate
 from engine.core.compat import new_shared_storage, result_pipe
-from engine.sources.bad_rows import WithSkippedRows
+from engine.core.skipped_rows import WithSkippedRows
 
 
 class WorkerCollate(SeededCollate):

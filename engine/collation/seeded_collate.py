@@ -10,9 +10,10 @@ from typing import Any
 import torch
 
 from collators import CollatorRegistry, Resolution, TextCollator
+from collators.columns import RowBatch
 from engine.core.rng import content_seed, generator_from
-from engine.sources.bad_rows import WithSkippedRows, named_error
-from engine.sources.rows import RowBatch
+from engine.core.skipped_rows import WithSkippedRows
+from engine.sources.bad_rows import named_error
 from task_spec import TaskSpec
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from engine.datamodule import options
+from engine.loading.settings import RESUMED
 from engine.loading.state import SKIPPED_ROWS, check_compatible, check_structure, module_identity
 from engine.sources.streams import check_resumable
 
@@ -35,13 +36,14 @@ class CheckpointedModule:
     def identity(self) -> dict[str, Any]:
         """What a saved state must match to be loaded here: version, seed, fingerprints, ranks and workers."""
         self.setup()
-        config, batching = self.train_config, {"batching": self.batching, "max_tokens": self.max_tokens}
+        config = self.train_config  # the resumed settings it lacks are the module's attributes, resolved
+        own = {name: getattr(self, name) for name in RESUMED if not hasattr(config, name)}
         return module_identity(seed=self.seed, data_fingerprint=self._fingerprint, split_plan=self.split_plan,
-                               world_size=self.world_size, config=config, uneven=self.uneven, **batching)
+                               world_size=self.world_size, config=config, **own)
 
     def state_dict(self) -> dict[str, Any]:
         """The identity (seed, fingerprints, options) and the train loader's position; microseconds to save."""
-        skipped = {} if self.skipped.on_error == "raise" else {SKIPPED_ROWS: self.skipped.state()}
+        skipped = {} if self.skipped.on_error == "raise" else {SKIPPED_ROWS: self.skipped.state_dict()["train"]}
         return {**self.identity(), **self._position.save(epoch_batches=self._trainer_epoch_batches()), **skipped}
 
     def _trainer_epoch_batches(self) -> int | None:
@@ -66,7 +68,7 @@ class CheckpointedModule:
             if self._stream is not None and state_dict.get("train_loader"):
                 check_resumable(self._stream)
             if SKIPPED_ROWS in state_dict:
-                self.skipped.load_state(state_dict[SKIPPED_ROWS])
+                self.skipped.load_state_dict({"train": state_dict[SKIPPED_ROWS]})
             self._position.load(state_dict, retired_because=(
                 "UniversalDataModule.load_state_dict() replaced this train loader; call dm.train_dataloader() "
                 "again and iterate the new loader to continue from the loaded state"))

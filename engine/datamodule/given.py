@@ -12,18 +12,21 @@ from typing import Any, NamedTuple
 
 from engine.datamodule.options import check_data_arguments
 from engine.loading.state import data_fingerprint
-from engine.sources.adapt import MapSource, TorchSource, as_source
+from engine.sources.adapt import as_source
 from engine.sources.inputs import check_inputs, row_keys, token_field
 from engine.sources.kinds import is_hf_dataset_dict, unpack_dataset_dict
 from engine.sources.lengths import check_no_empty_rows
 from engine.sources.long_rows import LongRows, apply_long_rows, check_rows_left, describe, special_frame
 from engine.sources.mixed import MixedSource
+from engine.sources.protocol import Source
+from engine.sources.rows import MapSource
 from engine.sources.splits import SplitPlan, plan_splits, split_views
 from engine.sources.streams import EpochStream, check_stream_options, is_hf_stream, peek_rows, stream_fingerprint
 from engine.sources.targets import check_split_targets
 from engine.sources.tokenizing.preprocess import has_raw_text, prepare_source, prepare_stream
 from engine.sources.tokenizing.token_cache import TokenCache, machine_first
 from engine.sources.transforms import RowTransform
+from engine.sources.wrappers import TorchSource
 from task_spec import TaskSpec
 
 ROLES = ("train", "val", "test", "predict")
@@ -31,7 +34,7 @@ ROLES = ("train", "val", "test", "predict")
 
 def take_inputs(train_data: Any, *, val_data: Any, test_data: Any, predict_data: Any, task_spec: Any,
                 tokenizer: Any, val_split: float | int, test_split: float | int, shuffle: bool | None, seed: int,
-                uneven: str, on_error: str = "raise") -> tuple[dict[str, MapSource], Any]:
+                on_error: str = "raise") -> tuple[dict[str, MapSource], Any]:
     """``(sources by role, stream or None)``: the data adapted and checked; a stream's train entry is a peek.
 
     A ``DatasetDict`` is unpacked into its splits; a ``datasets.IterableDataset`` is kept aside as the stream
@@ -42,8 +45,7 @@ def take_inputs(train_data: Any, *, val_data: Any, test_data: Any, predict_data:
     if is_hf_dataset_dict(train_data):
         train_data, val_data, test_data = unpack_dataset_dict(train_data, val_data, test_data)
     check_data_arguments(has_train=train_data is not None, has_predict=predict_data is not None,
-                         val_data=val_data, test_data=test_data, val_split=val_split, test_split=test_split,
-                         uneven=uneven)
+                         val_data=val_data, test_data=test_data, val_split=val_split, test_split=test_split)
     stream = train_data if is_hf_stream(train_data) else None
     if stream is not None:
         check_stream_options(val_split=val_split, test_split=test_split, shuffle=shuffle)
@@ -56,7 +58,7 @@ def take_inputs(train_data: Any, *, val_data: Any, test_data: Any, predict_data:
     for role, source in given.items():
         check_inputs(source, task_spec, tokenizer, f"{role}_data", require_target=role != "predict")
     if train_data is not None:  # validates the split arguments now, before any work
-        for part in given["train"].sources if isinstance(given["train"], MixedSource) else [given["train"]]:
+        for _, part in given["train"].parts():
             plan_splits(len(part), val_split=val_split, test_split=test_split, seed=seed)
     return given, stream
 
@@ -105,7 +107,7 @@ def prepare_inputs(given: dict[str, MapSource], stream: Any, task_spec: Any, tok
     applied to each split, so that no document's windows land in two splits. None: truncation, default cache.
     Each split is its own copy of the source (views cut by ``val_split`` included) with its ``transforms[role]``."""
     long_rows, cache = long_rows or LongRows(), cache or TokenCache()
-    if isinstance(given.get("train"), MixedSource):
+    if "train" in given and is_mixture(given["train"]):
         return _prepare_mixture(given, task_spec, tokenizer, val_split=val_split, test_split=test_split, seed=seed,
                                 rank=rank, world_size=world_size, long_rows=long_rows, cache=cache,
                                 transforms=transforms)
@@ -166,6 +168,11 @@ def _prepare_mixture(given: dict[str, MapSource], task_spec: Any, tokenizer: Any
     return Prepared(sources, {name: part.fingerprint for name, part in parts.items()}, None, reports)
 
 
+def is_mixture(source: Source) -> bool:
+    """Whether ``source`` is a mixture: made of named sources (:meth:`~engine.sources.protocol.Source.parts`)."""
+    return source.parts()[0][0] is not None
+
+
 def _for_roles(sources: dict[str, MapSource], transforms: Mapping[str, Any] | None) -> dict[str, MapSource]:
     """Each source as its own copy serving its split (named in errors) with that split's transform."""
     return {role: source.for_role(role, (transforms or {}).get(role)) for role, source in sources.items()}
@@ -175,7 +182,7 @@ def prepare_tokens(given: dict[str, MapSource], task_spec: Any, tokenizer: Any, 
     """Tokenize each raw-text source into the on-disk cache (``prepare_data``: Lightning runs it on each
     machine's local rank 0), so that setup on every rank only loads it."""
     for source in given.values():
-        for part in source.sources if isinstance(source, MixedSource) else [source]:
+        for _, part in source.parts():
             if has_raw_text(part, task_spec):
                 prepare_source(part, task_spec, tokenizer, cache)
 

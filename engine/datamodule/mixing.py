@@ -6,7 +6,6 @@ from engine.loading.factory import block_order
 from engine.sampling.length import MEGA_BATCH_FACTOR
 from engine.sampling.mixtures.mixture import Mixture
 from engine.sampling.mixtures.order import MixtureOrder
-from engine.sources.adapt import HFSource, TensorListSource
 from engine.sources.lengths import lengths_of
 from engine.sources.mixed import MixedSource
 
@@ -37,13 +36,16 @@ def mixture_order(mixture: Mixture, source: MixedSource, *, batching: str, key: 
     """The order of ``mixture`` over the train split's sources: blocks of one global batch (one step) under plain
     and grouped batching, of :data:`DOCUMENT_BLOCK` documents otherwise."""
     lengths = None
-    if key is not None and (mixture.by == "tokens" or batching != "plain" or _has_lengths(source)):
+    if key is not None and (mixture.by == "tokens" or batching != "plain" or _has_lengths(source, key)):
         lengths = [lengths_of(part, key) for part in source.sources]
     block = global_batch if batching in ("plain", "grouped") else DOCUMENT_BLOCK
     return MixtureOrder(mixture, source.sizes, block=block, seed=seed, lengths=lengths,
                         within=[block_order(part) for part in source.sources])
 
 
-def _has_lengths(source: MixedSource) -> bool:
+def _has_lengths(source: MixedSource, key: str) -> bool:
     """Whether every source's lengths come without reading its rows one by one (for the served tokens)."""
-    return all(isinstance(part, (HFSource, TensorListSource)) for part in source.sources)
+    try:
+        return source.lengths(key) is not None
+    except (KeyError, TypeError):  # a field without lengths (an image, raw text): none to serve counts of
+        return False

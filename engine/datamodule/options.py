@@ -8,15 +8,15 @@ from collections.abc import Mapping, Sequence
 from enum import Enum
 from typing import Any
 
-from engine.core.checks import check_int
 from engine.core.compat import record_hparams
 from engine.loading.config import DataLoaderConfig
+from engine.loading.settings import LOADER_SETTINGS
 from engine.sampling.modes import BUDGET_MODES
 from task_spec import TaskSpec
 
 
 def check_data_arguments(*, has_train: bool, has_predict: bool, val_data: Any, test_data: Any,
-                         val_split: float | int, test_split: float | int, uneven: str) -> None:
+                         val_split: float | int, test_split: float | int) -> None:
     """Refuse arguments that contradict each other, naming both and the fix."""
     if not has_train and not has_predict:
         raise ValueError("UniversalDataModule needs train_data (or predict_data for prediction only)")
@@ -27,8 +27,6 @@ def check_data_arguments(*, has_train: bool, has_predict: bool, val_data: Any, t
         )
     if test_data is not None and test_split:
         raise ValueError(f"both test_data and test_split={test_split!r} were given; pass one")
-    if uneven not in ("pad", "drop"):
-        raise ValueError(f"uneven should be 'pad' or 'drop', but got uneven={uneven!r}")
 
 
 def device_normalize_kwargs(device_normalize: bool, collate_fn: Any, task_spec: TaskSpec | None,
@@ -59,19 +57,18 @@ def check_stream_batching(is_stream: bool, batching: str, num_threads: int = 0) 
 DEFAULT_BATCH_SIZE = 32
 
 
-def loader_configs(*, batch_size: int | None, eval_batch_size: int | None, shuffle: bool, drop_last: bool,
-                   num_workers: int, pin_memory: bool | None, prefetch_factor: int, persistent_workers: bool | None,
-                   seed: int, num_threads: int = 0, timeout: float = 0,
-                   multiprocessing_context: str | None = None) -> tuple[DataLoaderConfig, DataLoaderConfig]:
-    """The training and evaluation loader configs of a module; evaluation never shuffles or drops rows."""
-    shared = dict(num_workers=num_workers, pin_memory=pin_memory, prefetch_factor=prefetch_factor,
-                  persistent_workers=persistent_workers, seed=seed, num_threads=num_threads, timeout=timeout,
-                  multiprocessing_context=multiprocessing_context)
-    batch_size = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
-    train = DataLoaderConfig(batch_size=batch_size, shuffle=shuffle, drop_last=drop_last, **shared)
-    if eval_batch_size is not None:
-        check_int("eval_batch_size", eval_batch_size, minimum=1)
-    return train, DataLoaderConfig(batch_size=eval_batch_size or batch_size, shuffle=False, **shared)
+PER_LOADER = ("batch_size", "shuffle", "drop_last", "collate_fn")
+"""Loader settings the module chooses per loader (evaluation never shuffles or drops rows; the collator is set once
+it is built); every other loader setting goes to both loaders as given."""
+
+
+def loader_configs(values: Mapping[str, Any], *, shuffle: bool) -> tuple[DataLoaderConfig, DataLoaderConfig]:
+    """The training and evaluation loader configs of a module from ``values``, its settings by name, and the
+    ``shuffle`` resolved for its data; evaluation never shuffles or drops rows."""
+    shared = {setting.name: values[setting.name] for setting in LOADER_SETTINGS if setting.name not in PER_LOADER}
+    batch_size = DEFAULT_BATCH_SIZE if values["batch_size"] is None else values["batch_size"]
+    train = DataLoaderConfig(batch_size=batch_size, shuffle=shuffle, drop_last=values["drop_last"], **shared)
+    return train, DataLoaderConfig(batch_size=values["eval_batch_size"] or batch_size, shuffle=False, **shared)
 
 
 def check_batch_size_is_used(batching: str, batch_size: int | None, eval_batch_size: int | None) -> None:

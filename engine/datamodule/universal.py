@@ -11,6 +11,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from engine.core.distributed import check_trainer_keeps_our_samplers, resolve_world
 from engine.core.locks import ModuleLock
 from engine.core.rng import drawn_seed
+from engine.core.skipped_rows import SkipReport
 from engine.datamodule import options
 from engine.datamodule.checkpointing import CheckpointedModule
 from engine.datamodule.collator import check_collator_kwargs, module_collator
@@ -22,14 +23,14 @@ from engine.loading.factory import (
     check_workers_can_start,
     warm_while_listing,
 )
+from engine.loading.settings import BY_NAME, NOT_RECORDED, check_module_settings
 from engine.loading.state import TrainPosition
 from engine.sampling.mixtures.mixture import as_mixture
 from engine.sampling.modes import resolve_batching
-from engine.sources.adapt import MapSource
-from engine.sources.bad_rows import SkipReport
 from engine.sources.inputs import check_same_classes, class_maps
 from engine.sources.kinds import is_named_datasets
 from engine.sources.long_rows import LongRows, check_sources
+from engine.sources.rows import MapSource
 from engine.sources.splits import SplitPlan
 from engine.sources.tokenizing.token_cache import TokenCache
 from engine.sources.transforms import split_transforms
@@ -39,8 +40,9 @@ from engine.tools.summary import render_html, render_text
 from engine.tools.validation import first_batch, validate_first_batch
 from task_spec import TaskSpec
 
-NOT_CHECKPOINTED = ("self", "__class__", "train_data", "val_data", "test_data", "predict_data", "tokenizer",
-                    "collate_fn")
+NOT_CHECKPOINTED = NOT_RECORDED
+"""Keywords a checkpoint's configuration leaves out: the data, the tokenizer and ``collate_fn``, given again to
+``load_from_checkpoint`` (declared in :data:`engine.loading.settings.SETTINGS`)."""
 
 
 class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
@@ -61,10 +63,9 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
         batch_size: Rows per training batch (default 32); ``eval_batch_size`` (default the same) for the others.
             Under ``batching='token_budget'`` or ``'packed'`` training batches are cut by ``max_tokens``, so
             ``batch_size`` is then the evaluation loaders' size, and giving both it and ``eval_batch_size`` is refused.
-        num_workers, pin_memory, persistent_workers, prefetch_factor, num_threads, timeout, multiprocessing_context:
-            As in :class:`DataLoaderConfig` (``num_threads``: background threads of this process load the next
-            batches while the step runs; ``timeout``: seconds to wait for a worker's batch; ``multiprocessing_context``:
-            how workers start, 'fork', 'spawn' or 'forkserver').
+        num_workers, pin_memory, ...: Every loader setting, a field of :class:`DataLoaderConfig` given to both
+            loaders. Each keyword is declared once, with its type, default, checked values and doc, in
+            :data:`engine.loading.settings.SETTINGS`; ``docs/api.md`` tabulates them.
         seed: Seed of the split, the shuffle and every random choice in the collators. ``None`` draws one
             (``secrets.randbits(31)``) at construction and records it: ``dm.seed``, ``dm.state_dict()["seed"]``
             and a checkpoint's hyperparameters hold it, so a resume reproduces the run.
@@ -123,7 +124,9 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
     ) -> None:
         super().__init__()
         seed = drawn_seed(seed)  # before the configuration is recorded, so a checkpoint holds the seed drawn
-        options.record_configuration(self, options.checkpoint_configuration(locals(), NOT_CHECKPOINTED))
+        settings = {name: value for name, value in locals().items() if name in BY_NAME}  # the seed drawn
+        check_module_settings(settings)
+        options.record_configuration(self, options.checkpoint_configuration(settings, NOT_CHECKPOINTED))
         warm_while_listing([train_data, val_data, test_data, predict_data], num_workers, multiprocessing_context)
         self.mixture = as_mixture(mix) if mix is not None else None
         named = is_named_datasets(train_data, task_spec)
@@ -141,7 +144,7 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
         check_collator_kwargs(task_spec, collator_kwargs)
         self._given, self._stream = take_inputs(
             train_data, val_data=val_data, test_data=test_data, predict_data=predict_data, task_spec=task_spec,
-            tokenizer=tokenizer, val_split=val_split, test_split=test_split, shuffle=shuffle, seed=seed, uneven=uneven,
+            tokenizer=tokenizer, val_split=val_split, test_split=test_split, shuffle=shuffle, seed=seed,
             on_error=on_error)
         self.id2label, self.label2id = class_maps(check_same_classes(self._given, task_spec))
         self.skipped = SkipReport.checked(on_error, max_skipped, is_stream=self._stream is not None)  # rows left out
@@ -149,10 +152,7 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
         self.val_split, self.test_split, self.uneven, self.validate = val_split, test_split, uneven, validate
         self.rank, self.world_size = 0, 1
         self.train_config, self.eval_config = options.loader_configs(
-            batch_size=batch_size, eval_batch_size=eval_batch_size, shuffle=self._stream is None if shuffle is None
-            else shuffle, drop_last=drop_last, num_workers=num_workers, pin_memory=pin_memory,
-            prefetch_factor=prefetch_factor, persistent_workers=persistent_workers, seed=seed, num_threads=num_threads,
-            timeout=timeout, multiprocessing_context=multiprocessing_context)
+            settings, shuffle=self._stream is None if shuffle is None else shuffle)
         # a stream is never shuffled here: its own refusal below names what it lacks (lengths up front), where
         # resolve_batching's would ask for shuffle=True, which a stream refuses in turn
         self.batching, self.max_tokens, self.batching_reason = resolve_batching(

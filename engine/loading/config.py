@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from engine.core.checks import check_int
 from engine.core.rng import drawn_seed
+from engine.loading.settings import LOADER_SETTINGS, check_loader_fields, loader_fields
 
 
-@dataclass
+@loader_fields
 class DataLoaderConfig:
-    """Options for :class:`engine.DataLoaderFactory`; ``None`` means "decide from the machine".
+    """Options for :class:`engine.DataLoaderFactory`; ``None`` means "decide from the machine". Its fields are the
+    loader settings declared in :data:`engine.loading.settings.SETTINGS` (listed below), with their checks.
 
     Example:
         >>> kwargs, reasons = DataLoaderConfig(batch_size=32, num_workers=0).resolve()
@@ -23,68 +22,19 @@ class DataLoaderConfig:
         (None, 'prefetching applies only with workers')
     """
 
-    batch_size: int = 32
-    """Rows per batch."""
-    shuffle: bool = False
-    """Seeded shuffle with a new order each epoch (derived from ``seed`` and the epoch)."""
-    num_workers: int = 0
-    """Worker processes; 0 loads in the main process."""
-    pin_memory: bool | None = None
-    """Page-locked host memory for faster GPU copies; None means "when CUDA is available"."""
-    prefetch_factor: int | None = 2
-    """Batches each worker prepares ahead; applies only with workers."""
-    persistent_workers: bool | None = None
-    """Keep workers between epochs; None means "when num_workers > 0"."""
-    seed: int | None = 0
-    """Seed of the shuffle, of per-batch randomness and of workers. None draws one (``secrets.randbits(31)``) when
-    the config is made and records it here, so ``config.seed`` always says the seed in use."""
-    collate_fn: Callable[..., Any] | None = None
-    """Turns a list of rows into a batch; None uses the default collator."""
-    drop_last: bool = False
-    """Drop the last incomplete batch."""
-    timeout: float = 0
-    """Seconds to wait for a batch from workers (0 waits forever)."""
-    multiprocessing_context: str | None = None
-    """'fork', 'spawn' or 'forkserver'; None uses the platform default."""
-    num_threads: int = 0
-    """Background threads of this process that fetch and collate the next batches while the step runs (a
-    ``torchdata.nodes`` pipeline, the :class:`engine.loading.pipeline.Threads` executor); 0 loads on the step's
-    path. For work that is cheap or releases the GIL; not combined with ``num_workers``."""
-
     def __post_init__(self) -> None:
-        self.batch_size = check_int("batch_size", self.batch_size, minimum=1)  # numpy ints become ints
-        self.num_workers = check_int("num_workers", self.num_workers, minimum=0)
-        self.num_threads = check_int("num_threads", self.num_threads, minimum=0)
+        check_loader_fields(self)  # each field against its declaration (numpy ints become ints)
         if self.num_threads and self.num_workers:
             raise ValueError(
                 f"DataLoaderConfig.num_threads={self.num_threads} and num_workers={self.num_workers} cannot be "
                 f"combined: choose threads in this process (cheap or GIL-releasing loading) or worker processes "
                 f"(Python-heavy transforms), and set the other to 0"
             )
-        if self.prefetch_factor is not None:
-            self.prefetch_factor = check_int("prefetch_factor", self.prefetch_factor, minimum=1)
         self.seed = drawn_seed(self.seed)
-        for name in ("shuffle", "drop_last"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"DataLoaderConfig.{name} should be a bool, but got {name}={getattr(self, name)!r}")
-        for name in ("pin_memory", "persistent_workers"):
-            value = getattr(self, name)
-            if value is not None and not isinstance(value, bool):
-                raise TypeError(f"DataLoaderConfig.{name} should be True, False or None (auto), but got {value!r}")
         if self.persistent_workers and self.num_workers == 0:
             raise ValueError(
                 "DataLoaderConfig.persistent_workers=True needs worker processes, but num_workers=0; "
                 "set num_workers > 0 or leave persistent_workers=None"
-            )
-        if self.collate_fn is not None and not callable(self.collate_fn):
-            raise TypeError(f"DataLoaderConfig.collate_fn should be callable, but got {self.collate_fn!r}")
-        if not isinstance(self.timeout, (int, float)) or self.timeout < 0:
-            raise ValueError(f"DataLoaderConfig.timeout should be a number >= 0, but got timeout={self.timeout!r}")
-        contexts = ("fork", "spawn", "forkserver")
-        if self.multiprocessing_context is not None and self.multiprocessing_context not in contexts:
-            raise ValueError(
-                f"DataLoaderConfig.multiprocessing_context should be one of {contexts} or None, "
-                f"but got {self.multiprocessing_context!r}"
             )
 
     def resolve(self) -> tuple[dict[str, Any], dict[str, str]]:
@@ -125,10 +75,8 @@ class DataLoaderConfig:
             "pin_memory": pin_memory,
             "persistent_workers": persistent,
             "prefetch_factor": prefetch,
-            "timeout": self.timeout,
             "multiprocessing_context": self.multiprocessing_context if workers else None,
         }
+        kwargs.update({setting.name: getattr(self, setting.name) for setting in LOADER_SETTINGS
+                       if setting.loader.to_dataloader})  # passed as given (timeout)
         return kwargs, reasons
-
-
-

@@ -31,10 +31,8 @@ from engine.sampling.packed import PackedBatchSampler
 from engine.sampling.seeded import SeededBatchSampler
 from engine.sources.adapt import as_source
 from engine.sources.lengths import lengths_of
-from engine.sources.mixed import MixedSource
-from engine.sources.rows import ColumnarSource
-from engine.sources.shards.listing import Shards, is_url
-from engine.sources.shards.source import ShardedSource
+from engine.sources.protocol import Source
+from engine.sources.shards.listing import is_shard_data
 
 
 class DataLoaderFactory:
@@ -99,7 +97,7 @@ class DataLoaderFactory:
             check_picklable(dataset, collate, kwargs)
             return ResumableLoader(dataset, batch_size=config.batch_size, drop_last=config.drop_last, **common)
         source = as_source(dataset)
-        if collate.reads_columns and isinstance(source, ColumnarSource):  # fetched as columns, padded from them
+        if collate.reads_columns:  # fetched as columns where the source can, padded from them
             source = source.handing_columns()
         check_picklable(source, collate, kwargs)
         if kwargs["num_workers"] and _forks(kwargs):
@@ -167,11 +165,11 @@ def batch_sampler_for(source: Any, *, batching: str, batch_size: int, seed: int,
 
 
 def block_order(source: Any) -> BlockOrder | None:
-    """Sharded data's epoch order (row groups in a seeded order, rows shuffled within a window), which keeps a
-    batch's reads within a few row groups; None for other data, shuffled with a full permutation."""
-    if not isinstance(source, ShardedSource):
-        return None
-    return BlockOrder(source.row_groups(), source.listing.shards.shuffle_window)
+    """The source's own epoch order (:meth:`~engine.sources.protocol.Source.epoch_blocks`; sharded data: row groups
+    in a seeded order, rows shuffled within a window), which keeps a batch's reads within a few blocks; None for
+    data shuffled with a full permutation (and for data not yet adapted to a source, which has no order of its own)."""
+    blocks = source.epoch_blocks() if isinstance(source, Source) else None
+    return None if blocks is None else BlockOrder(blocks.block_of_row, blocks.shuffle_window)
 
 
 def _map_loader(source: Any, sampler: Sampler[list[int]], config: DataLoaderConfig, common: dict[str, Any]
@@ -181,8 +179,7 @@ def _map_loader(source: Any, sampler: Sampler[list[int]], config: DataLoaderConf
     processes). Prediction keeps torch's ``BatchSampler``, which Lightning wraps to track indices, so it loads on
     the step's path. Over sharded data, each batch also names the rows of the batch that the executor will ask for
     next once this one is taken, so their row groups are fetched while the step runs."""
-    if (isinstance(source, ShardedSource) or isinstance(source, MixedSource) and source.shards) and isinstance(
-            sampler, EpochBatchSampler):
+    if source.reads_ahead and isinstance(sampler, EpochBatchSampler):
         in_flight = max(1, config.num_workers or config.num_threads or 1) * (config.prefetch_factor or 2)
         sampler.look_ahead = in_flight + 1
     if config.num_threads and isinstance(sampler, EpochBatchSampler):
@@ -246,7 +243,7 @@ def warm_while_listing(data: list[Any], num_workers: int, multiprocessing_contex
     them before the workers fork."""
     given = [part for item in data for part in (item.values() if isinstance(item, Mapping) else [item])]
     if num_workers and _forks({"multiprocessing_context": multiprocessing_context}) and any(
-            isinstance(part, Shards) or is_url(part) for part in given):
+            map(is_shard_data, given)):
         warm_token_loops_soon()
 
 

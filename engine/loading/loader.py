@@ -41,7 +41,7 @@ from engine.core.compat import (
     worker_processes,
 )
 from engine.core.distributed import stop_together
-from engine.sources.bad_rows import SkipReport, WithSkippedRows
+from engine.core.skipped_rows import SkipReport, WithSkippedRows
 
 
 class Executor(Protocol):

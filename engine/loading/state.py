@@ -15,27 +15,24 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
+from torch.utils.data import IterableDataset
 
 from engine.core.checks import check_saved_int
 from engine.core.compat import iterator_finished, sampler_state_of, single_process_state
-from engine.core.rng import hash_into
+from engine.loading.settings import RESUMED
 from engine.sampling.modes import BUDGET_MODES
-from engine.sources.adapt import HFSource, MapSource, TorchSource
-from engine.sources.shards.source import ShardedSource
-from engine.sources.streams import EpochStream
+from engine.sources.protocol import Source
 
-STATE_VERSION = 4
+STATE_VERSION = 5
 """Version of every state the engine writes (module, multi-module, multi-loader). 3: the batching options and
 the sampler's epoch offset are saved. 4: the sampler's ranks, global batch and the parts of its epoch served on
-other ranks are saved (elastic resume)."""
-SAMPLED_ROWS = 16
+other ranks are saved (elastic resume). 5: the data fingerprint is the source's own (every row of a tensor list,
+a torch dataset's rows or its ``fingerprint()``)."""
 
 VERSION, SEED, EPOCH = "version", "seed", "epoch"
 DATA_FINGERPRINT, SPLIT_FINGERPRINT = "data_fingerprint", "split_fingerprint"
 WORLD_SIZE, NUM_WORKERS = "world_size", "num_workers"
-BATCH_SIZE, SHUFFLE, DROP_LAST, UNEVEN = "batch_size", "shuffle", "drop_last", "uneven"
-BATCHING, MAX_TOKENS = "batching", "max_tokens"
+BATCH_SIZE, BATCHING, MAX_TOKENS = "batch_size", "batching", "max_tokens"
 TRAIN_LOADER = "train_loader"
 """The train loader's own (torchdata) state: the sampler's epoch and position, and per-worker state."""
 SKIPPED_ROWS = "skipped_rows"
@@ -44,61 +41,46 @@ CHILDREN, MULTI = "children", "multi"
 """A module over several named datasets: each child's identity, and the multi-loader's state."""
 
 IDENTITY_CHECKS = {
-    SEED: "the seed decides the split, the order and every random choice",
+    SEED: RESUMED[SEED],
     DATA_FINGERPRINT: "the training data differ (rows changed, reordered, added or removed)",
     SPLIT_FINGERPRINT: "the train/val/test split differs (val_split, test_split or the data changed)",
     WORLD_SIZE: "a stream, or a schedule over several datasets, resumes each rank's own share, which cannot be "
                 "dealt to another number of ranks",
-    NUM_WORKERS: "a stream's position, or a schedule over several datasets, is held per worker process and cannot "
-                 "be dealt to other workers",
-    BATCH_SIZE: "the saved position counts batches of the old size, so rows would be lost or repeated",
-    SHUFFLE: "the order of the epoch differs, so the rest of the saved epoch would lose or repeat rows",
-    BATCHING: "the batching mode cuts the epoch into other batches, so rows would be lost or repeated",
-    MAX_TOKENS: "the token budget cuts the epoch into other batches, so rows would be lost or repeated",
-    DROP_LAST: "the epoch has another number of batches, so the saved position points elsewhere",
-    UNEVEN: "ranks are equalized another way, so each rank's rows differ",
+    NUM_WORKERS: RESUMED[NUM_WORKERS],
+    **RESUMED,  # the settings a resume checks, declared with their reasons: batch_size, shuffle, drop_last, ...
 }
 """What a saved state must match to be loaded, and why each matters."""
-LOADER_OPTIONS = (BATCH_SIZE, SHUFFLE, BATCHING, MAX_TOKENS, DROP_LAST, UNEVEN)
-"""Identity fields that are the module's own options: the fix is to resume with the saved value."""
 TOPOLOGY = (WORLD_SIZE, NUM_WORKERS)
 """Identity fields an elastic resume (map-style data) may change; the per-rank batch then follows the ranks."""
+LOADER_OPTIONS = tuple(name for name in RESUMED if name not in (SEED, *TOPOLOGY))
+"""Identity fields that are the module's own options: the fix is to resume with the saved value."""
 
 
-def data_fingerprint(source: MapSource) -> str:
-    """A fingerprint of the data, different whenever the data are replaced, reordered, grown or shrunk.
-
-    Hugging Face data: ``datasets``' own fingerprint. Lists of tensors: a hash of evenly spaced rows. Other
-    datasets: class, length and their ``fingerprint`` attribute if they define one. Their rows are not read,
-    because ``__getitem__`` often augments at random and the same data must still resume.
-    """
+def data_fingerprint(source: Source) -> str:
+    """A fingerprint of the data, different whenever the data are replaced, reordered, grown or shrunk: the row
+    count and the source's own :meth:`~engine.sources.protocol.Source.fingerprint` (Hugging Face data: ``datasets``'
+    fingerprint; shards: files, versions and row groups; tensor lists: every row; a dataset with a ``fingerprint()``:
+    that; other datasets: a few evenly spaced rows, or their class alone when their rows are drawn at random)."""
     digest = hashlib.blake2b(digest_size=12)
-    count = len(source)
-    digest.update(count.to_bytes(8, "little"))
-    if isinstance(source, HFSource):
-        digest.update(str(getattr(source.dataset, "_fingerprint", "")).encode())
-    elif isinstance(source, ShardedSource):  # the files, their versions (ETags) and row groups: no row is read
-        digest.update(source.fingerprint().encode())
-    elif isinstance(source, TorchSource):
-        dataset = source.dataset
-        digest.update(f"{type(dataset).__module__}.{type(dataset).__qualname__}".encode())
-        digest.update(repr(getattr(dataset, "fingerprint", "")).encode())
-    else:
-        positions = sorted({int(p) for p in np.linspace(0, count - 1, num=min(count, SAMPLED_ROWS))}) if count else []
-        for position in positions:
-            hash_into(digest, source[position])
+    digest.update(len(source).to_bytes(8, "little"))
+    digest.update(source.fingerprint().encode())
     return digest.hexdigest()
 
 
 def module_identity(*, seed: int, data_fingerprint: str | None, split_plan: Any, world_size: int, config: Any,
-                    uneven: str, batching: str, max_tokens: int | None) -> dict[str, Any]:
-    """The identity part of a module's state: what a saved state must match to be loaded (``config`` is the
-    train loader's :class:`~engine.loading.config.DataLoaderConfig`)."""
+                    **settings: Any) -> dict[str, Any]:
+    """The identity part of a module's state: what a saved state must match to be loaded. Each setting a resume
+    checks (:data:`~engine.loading.settings.RESUMED`) but the seed is read from ``settings`` (the module's own,
+    resolved: ``uneven``, ``batching``, ``max_tokens``), else from ``config``, the train loader's
+    :class:`~engine.loading.config.DataLoaderConfig`."""
+    checked = [name for name in RESUMED if name != SEED]
+    unknown = sorted(set(settings) - set(checked))
+    if unknown:
+        raise TypeError(f"module_identity() got settings a resume does not check: {unknown}; those it checks are "
+                        f"{sorted(checked)}")
     return {VERSION: STATE_VERSION, SEED: seed, DATA_FINGERPRINT: data_fingerprint,
-            SPLIT_FINGERPRINT: split_plan.fingerprint if split_plan is not None else None,
-            WORLD_SIZE: world_size, NUM_WORKERS: config.num_workers, BATCH_SIZE: config.batch_size,
-            SHUFFLE: config.shuffle, BATCHING: batching, MAX_TOKENS: max_tokens, DROP_LAST: config.drop_last,
-            UNEVEN: uneven}
+            SPLIT_FINGERPRINT: split_plan.fingerprint if split_plan is not None else None, WORLD_SIZE: world_size,
+            **{name: settings[name] if name in settings else getattr(config, name) for name in checked}}
 
 
 def check_structure(state: Any, required: tuple[str, ...] = (VERSION, SEED, EPOCH, TRAIN_LOADER)) -> None:
@@ -198,7 +180,7 @@ class TrainPosition:
         """The epoch of the current (or next) pass."""
         if self.loader is None:
             return self._pending_epoch
-        if isinstance(self.loader.dataset, EpochStream):
+        if isinstance(self.loader.dataset, IterableDataset):  # a stream keeps its own epoch
             return self.loader.dataset.epoch
         delivered = getattr(self.loader, "delivered_epoch", None)  # a loader whose sampler runs ahead (threads)
         return delivered if delivered is not None else self.loader.batch_sampler.epoch
@@ -233,7 +215,7 @@ class TrainPosition:
         pending, self._pending = self._pending, None
         if pending is None:
             return loader
-        if isinstance(loader.dataset, EpochStream):  # a stream's epoch is set here, in the parent
+        if isinstance(loader.dataset, IterableDataset):  # a stream's epoch is set here, in the parent
             loader.dataset.set_epoch(self._pending_epoch)
         loader.load_state_dict(pending)
         return loader

@@ -15,9 +15,8 @@ import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from torchdata.stateful_dataloader import Stateful
-
 from engine.core.checks import check_int
+from engine.core.stateful import Stateful
 from engine.loading.state import EPOCH, SEED, STATE_VERSION, VERSION
 from engine.multi.config import MultiDataLoaderConfig
 from engine.multi.schedule import Schedule, epoch_length, restart_epoch

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from engine.sources.adapt import HFSource, MapSource, TensorListSource
+from engine.sources.rows import MapSource
 from engine.sources.shards.source import ShardedSource
+from engine.sources.wrappers import HFSource, TensorListSource
 from task_spec import TaskSpec
 
 

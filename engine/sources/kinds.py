@@ -44,12 +44,19 @@ class TupleRows(Dataset):
         return len(self.dataset)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        row = self.dataset[index]
+        row = read_row(self.dataset, index)
         if len(row) != len(self.fields):
             raise ValueError(f"row {index} is a tuple of {len(row)} values, but the spec's fields are {self.fields}; "
                              f"give rows as dicts, or set TaskSpec.input_fields/target_field to match")
         return {name: _as_tensor_image(value, index, name, is_target=name == self.target)
                 for name, value in zip(self.fields, row)}
+
+
+def read_row(dataset: Any, index: int) -> Any:
+    """Row ``index`` of a map-style dataset: ``dataset[index]``, or through its batched ``__getitems__`` when it has
+    one (a user's source may define only that)."""
+    getitems = getattr(dataset, "__getitems__", None)
+    return getitems([index])[0] if getitems is not None else dataset[index]
 
 
 def _as_tensor_image(value: Any, index: int, name: str, *, is_target: bool) -> Any:

@@ -18,10 +18,11 @@ import numpy as np
 import torch
 
 from engine.core.checks import check_choice, check_int, keyword_or_spec
-from engine.sources.adapt import HFSource, MapSource, TensorListSource
 from engine.sources.lengths import lengths_of
 from engine.sources.mixed import MixedSource
+from engine.sources.rows import MapSource
 from engine.sources.shards.source import ShardedSource
+from engine.sources.wrappers import HFSource, TensorListSource
 
 POLICIES = ("truncate", "split", "drop")
 

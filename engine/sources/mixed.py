@@ -10,14 +10,15 @@ straight from. Evaluation splits of the sources are mixed sources too, read once
 from __future__ import annotations
 
 import copy
+import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from collators.columns import ColumnBatch, RaggedColumn, SpanColumn
+from collators.columns import ColumnBatch, RaggedColumn, RowBatch, SpanColumn
 from engine.core.rng import derive_seed
-from engine.sources.rows import ColumnarSource, MapSource, RowBatch
+from engine.sources.rows import ColumnarSource, MapSource
 from engine.sources.shards.source import ShardedSource
 from engine.sources.transforms import RowTransform
 
@@ -44,9 +45,30 @@ class MixedSource(ColumnarSource):
             source.on_error = value
 
     @property
-    def shards(self) -> list[ShardedSource]:
-        """The sources streamed from shards, which read the row groups of coming batches ahead."""
-        return [source for source in self.sources if isinstance(source, ShardedSource)]
+    def reads_ahead(self) -> bool:  # type: ignore[override]
+        """Whether any source reads the rows of coming batches ahead (sources streamed from shards)."""
+        return any(source.reads_ahead for source in self.sources)
+
+    def parts(self) -> list[tuple[str | None, MapSource]]:
+        """The named sources, in the mixture's order."""
+        return list(zip(self.names, self.sources))
+
+    def fingerprint(self) -> str:
+        """A digest of the sources' names and fingerprints."""
+        digest = hashlib.blake2b(digest_size=12)
+        for name, source in zip(self.names, self.sources):
+            digest.update(f"{name}\0{source.fingerprint()}\0".encode())
+        return digest.hexdigest()
+
+    def lengths(self, key: str | None) -> np.ndarray | None:
+        """The sources' lengths end to end; None when one source's lengths mean reading its rows."""
+        parts = [source.lengths(key) for source in self.sources]
+        return None if any(part is None for part in parts) else np.concatenate(parts)
+
+    def labels(self, field: str) -> np.ndarray | None:
+        """The sources' label columns end to end; None when one source has none to read without its rows."""
+        parts = [source.labels(field) for source in self.sources]
+        return None if any(part is None for part in parts) else np.concatenate(parts)
 
     @property
     def sizes(self) -> list[int]:
@@ -113,13 +135,16 @@ class MixedSource(ColumnarSource):
         return self._rows(indices)
 
     def _read_ahead(self, indices: Sequence[int]) -> None:
-        """Start each sharded source's reads of its rows of a coming batch (:attr:`BatchIndices.ahead`)."""
+        """Start each source's reads of its rows of a coming batch (:attr:`BatchIndices.ahead`)."""
         ahead = getattr(indices, "ahead", None)
-        if not ahead:
-            return
-        ahead_which, ahead_within = self.locate(ahead)
+        if ahead:
+            self.read_ahead(ahead)
+
+    def read_ahead(self, positions: Sequence[int]) -> None:
+        """Start the reads of ``positions`` (a coming batch) in each source that reads ahead."""
+        ahead_which, ahead_within = self.locate(positions)
         for number, source in enumerate(self.sources):
-            if isinstance(source, ShardedSource) and (ahead_which == number).any():
+            if source.reads_ahead and (ahead_which == number).any():
                 source.read_ahead(ahead_within[ahead_which == number].tolist())
 
     def _merged_columns(self, which: np.ndarray, within: np.ndarray) -> dict[str, Any]:

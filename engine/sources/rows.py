@@ -1,42 +1,31 @@
-"""The rows of a batch and the base of every source: batched reads that name a failing row, leave it out
-(``on_error``), or pass each row through its split's transform, seeded by (seed, epoch, dataset index)."""
+"""The base of every source, :class:`MapSource`: the defaults of the :class:`~engine.sources.protocol.Source`
+protocol, and batched reads that name a failing row, leave it out (``on_error``), or pass each row through its
+split's transform, seeded by (seed, epoch, dataset index)."""
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import numpy as np
 from torch.utils.data import Dataset
 
-from collators.columns import ColumnBatch
-from engine.sources.bad_rows import READ_FIX, SkippedRow, named_error, read_skipping, transform_skipping
+from collators.columns import ColumnBatch, RowBatch
+from engine.core.rng import hash_into
+from engine.sources.bad_rows import READ_FIX, named_error, read_skipping, transform_skipping
+from engine.sources.protocol import EpochBlocks
 from engine.sources.transforms import RowTransform, TransformFailed
 
-
-class RowBatch(list):
-    """The rows of one batch, plus the seed its random choices derive from (None outside the engine) and where
-    they came from (``role``, and ``indices``: their indices in the data the user gave, not positions in a split),
-    so an error in collation can name them."""
-
-    rng_seed: int | None = None
-    role: str = "data"
-    indices: list[int] | None = None
-    """The user's rows: each row's index in the data given (a window's: the row it was cut from)."""
-    positions: list[int] | None = None
-    """The rows' positions in the source that read them (rows left out by ``on_error`` are not among them)."""
-    sources: list[str] | None = None
-    """A mixture's batch: the source of each row (its ``indices`` are rows of that source); None otherwise."""
-    skipped: list[SkippedRow] | None = None
-    """Rows left out because their read failed (``on_error='skip'`` or ``'warn'``); None when all read."""
-    reader_counts: dict[str, Any] | None = None
-    """In a loader worker reading shards: its reader's counts since its previous batch, for the parent's source
-    (``add_worker_counts``); a mixture's are ``{name: counts}`` of its sharded sources."""
+SAMPLED_ROWS = 16
+"""Rows a source's default fingerprint reads, evenly spaced."""
 
 
 class MapSource(Dataset):
-    """Base adapter: subclasses implement ``_fetch(positions)``, ``__len__`` and ``view``."""
+    """The base of every source, meeting :class:`~engine.sources.protocol.Source` with defaults: subclasses
+    implement ``_fetch(positions)``, ``__len__`` and ``view``, and override what they know better (their
+    fingerprint, their rows' lengths, an epoch order, read-ahead, counters, labels)."""
 
     role = "data"
     """The split this source serves (train, val, test, predict), named in errors."""
@@ -136,6 +125,66 @@ class MapSource(Dataset):
     def view(self, positions: np.ndarray) -> MapSource:
         """A source over ``positions`` of this one (a split), sharing the underlying data."""
         raise NotImplementedError
+
+    # The rest of the Source protocol, with the defaults of a source that knows nothing more about its rows.
+
+    lengths_from = "a pass over its rows"
+    """How :meth:`lengths` reads the rows' lengths, as the report says it."""
+    reads_ahead = False
+    """Whether batches name the rows of coming batches for this source to fetch in the background."""
+
+    def fingerprint(self) -> str:
+        """A digest of :data:`SAMPLED_ROWS` evenly spaced rows as stored (no transform), and of their count."""
+        return sampled_rows_digest(self._fetch, len(self))
+
+    def lengths(self, key: str | None) -> np.ndarray | None:
+        """None: this source's lengths are known only by reading every row."""
+        return None
+
+    def epoch_blocks(self) -> EpochBlocks | None:
+        """None: no order of its own; the sampler permutes the rows."""
+        return None
+
+    def read_ahead(self, positions: Sequence[int]) -> None:
+        """Nothing to fetch ahead (see :attr:`reads_ahead`)."""
+
+    def handing_columns(self) -> MapSource:
+        """This source: it answers rows."""
+        return self
+
+    def parts(self) -> list[tuple[str | None, MapSource]]:
+        """``[(None, self)]``: one source, not a mixture."""
+        return [(None, self)]
+
+    def counters(self) -> tuple[Hashable, dict[str, Any]] | None:
+        """None: no reader of its own to report on."""
+        return None
+
+    def labels(self, field: str) -> np.ndarray | None:
+        """None: the labels are known only by reading the rows."""
+        return None
+
+    def class_names(self, field: str) -> list[str] | None:
+        """None: no names for the classes of ``field``."""
+        return None
+
+
+def sampled_rows_digest(read: Any, count: int, rows: int = SAMPLED_ROWS) -> str:
+    """A digest of ``count`` and of the rows ``read([position])`` gives at ``rows`` evenly spaced positions. A row
+    that fails to read hashes as its exception's type (a source with ``on_error='skip'`` still fingerprints)."""
+    digest = hashlib.blake2b(count.to_bytes(8, "little"), digest_size=12)
+    for position in sampled_positions(count, rows):
+        try:
+            value = read([position])[0]
+        except Exception as error:  # the user's reader: any exception, recorded by its type
+            value = f"unreadable: {type(error).__name__}"
+        hash_into(digest, value)
+    return digest.hexdigest()
+
+
+def sampled_positions(count: int, rows: int = SAMPLED_ROWS) -> list[int]:
+    """``rows`` evenly spaced positions among ``count`` (all of them when there are fewer)."""
+    return sorted({int(p) for p in np.linspace(0, count - 1, num=min(count, rows))}) if count else []
 
 
 class ColumnarSource(MapSource):

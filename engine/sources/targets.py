@@ -15,8 +15,8 @@ import numpy as np
 import torch
 
 from collators.targets import TARGET_ROLES, missing_target, non_finite_target
-from engine.sources.adapt import HFSource, TorchSource
 from engine.sources.rows import MapSource
+from engine.sources.wrappers import HFSource, TorchSource
 from task_spec import TaskSpec
 
 

@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from torch.utils.data import IterableDataset
 
 from engine.loading.factory import batch_sampler_for
 from engine.sampling.seeded import SeededBatchSampler
-from engine.sources.adapt import MapSource
 from engine.sources.inputs import token_field
+from engine.sources.protocol import Source
 from engine.tools import report_numbers as measure
 from engine.tools.inline import save_page
 from engine.tools.report_mixture import fresh_mixture_order, mixture_html, mixture_lines, mixture_numbers
@@ -154,7 +155,8 @@ def collect(dm: Any) -> tuple[dict[str, Any], dict[str, np.ndarray], Any]:
     numbers["shards"] = measure.shard_reads(dm.datasets)
     train = dm.datasets.get("train")
     order = fresh_mixture_order(dm)
-    chosen = _chosen_batches(dm, train, key, order) if isinstance(train, MapSource) else None
+    chosen = _chosen_batches(dm, train, key, order) if train is not None and not isinstance(
+        train, IterableDataset) else None
     if "train" in lengths and chosen is not None and chosen[1]:
         plain = SeededBatchSampler(len(train) if order is None else order.size, dm.train_config.batch_size,
                                    shuffle=True, seed=dm.train_config.seed or 0, drop_last=dm.train_config.drop_last,
@@ -171,7 +173,7 @@ def collect(dm: Any) -> tuple[dict[str, Any], dict[str, np.ndarray], Any]:
     return numbers, lengths, batch
 
 
-def _chosen_batches(dm: Any, train: MapSource, key: str | None, order: Any = None) -> tuple[int, list[list[int]]]:
+def _chosen_batches(dm: Any, train: Source, key: str | None, order: Any = None) -> tuple[int, list[list[int]]]:
     """(seed, epoch 0's batches) of the module's own training sampler (drawing from its mixture's ``order``, if
     any), built afresh (the loader is untouched)."""
     config = dm.train_config
@@ -186,7 +188,7 @@ GROUPED_CUTS = 0.25
 at least 5 points)."""
 
 
-def _grouped_advice(dm: Any, train: MapSource, key: str | None, lengths: np.ndarray, plain: float | None,
+def _grouped_advice(dm: Any, train: Source, key: str | None, lengths: np.ndarray, plain: float | None,
                     order: Any = None) -> dict[str, Any]:
     """``{grouped, advice}``: the padding share grouped batching would give this module, and a sentence when it
     would cut padding markedly; {} where grouping does not apply."""

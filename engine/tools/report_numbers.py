@@ -12,9 +12,9 @@ import itertools
 from typing import Any
 
 import numpy as np
+from torch.utils.data import IterableDataset
 
 from collators.packed import PackedCollator
-from engine.sources.adapt import HFSource, MapSource, TensorListSource
 from engine.sources.lengths import lengths_of
 
 ROW_PASS_LIMIT = 10_000
@@ -24,18 +24,16 @@ larger ones are not measured."""
 
 def measured_lengths(source: Any, key: str | None) -> tuple[np.ndarray | None, str]:
     """``(lengths, how they were read)``; ``(None, why not)`` where the rows have no length to read cheaply."""
-    if not isinstance(source, MapSource):
+    if isinstance(source, IterableDataset):
         return None, "a stream: its length is unknown until it is read"
-    if isinstance(source, HFSource):
-        how = "Arrow list offsets"
-    elif isinstance(source, TensorListSource):
-        how = "flat-buffer shapes"
-    elif len(source) <= ROW_PASS_LIMIT:
-        how = f"a pass over its {len(source)} rows (no length column)"
-    else:
-        return None, f"not measured: {len(source)} rows without a length column (a row pass is over {ROW_PASS_LIMIT})"
     try:
-        return lengths_of(source, key), how
+        lengths = source.lengths(key)
+        if lengths is not None:
+            return lengths, source.lengths_from
+        if len(source) > ROW_PASS_LIMIT:
+            return None, (f"not measured: {len(source)} rows without a length column (a row pass is over "
+                          f"{ROW_PASS_LIMIT})")
+        return lengths_of(source, key), f"a pass over its {len(source)} rows (no length column)"
     except (KeyError, TypeError) as error:
         return None, f"not measured: {error}"
 
@@ -114,12 +112,10 @@ def label_counts(source: Any, field: str | None, num_classes: int | None) -> tup
     """``({class: rows}, how)`` of an integer class label per row; ``(None, why not)`` where there is none."""
     if field is None:
         return None, "the task has no target field"
-    if not isinstance(source, MapSource):
+    if isinstance(source, IterableDataset):
         return None, "a stream: its labels are unknown until it is read"
-    if isinstance(source, TensorListSource):
-        return None, "a list of tensors holds inputs only, no labels"
-    if isinstance(source, HFSource):
-        values, how = _arrow_labels(source, field), "the Arrow label column"
+    if (values := source.labels(field)) is not None:
+        how = "the Arrow label column"
     elif len(source) <= ROW_PASS_LIMIT:
         values, how = _row_labels(source, field), f"a pass over its {len(source)} rows (no label column)"
     else:
@@ -134,28 +130,12 @@ def label_counts(source: Any, field: str | None, num_classes: int | None) -> tup
 def class_names(source: Any, field: str | None) -> list[str] | None:
     """The class names of a ``datasets.ClassLabel`` column ``field`` (as ``load_dataset('imagefolder')`` and
     ``class_encode_column`` make them), else None."""
-    import datasets
-
-    features = getattr(getattr(source, "dataset", None), "features", None) if isinstance(source, HFSource) else None
-    feature = features.get(field) if features is not None and field is not None else None
-    return list(feature.names) if isinstance(feature, datasets.ClassLabel) else None
-
-
-def _arrow_labels(source: HFSource, field: str) -> np.ndarray | None:
-    import pyarrow as pa
-
-    dataset = source.dataset
-    if field not in dataset.column_names:
+    if field is None or isinstance(source, IterableDataset):
         return None
-    column = dataset.data.table.column(field)
-    if not pa.types.is_integer(column.type):
-        return None
-    values = column.to_numpy(zero_copy_only=False).astype(np.int64)
-    indices = getattr(dataset, "_indices", None)  # a select() view maps through its indices
-    return values[indices.column(0).to_numpy(zero_copy_only=False)] if indices is not None else values
+    return source.class_names(field)
 
 
-def _row_labels(source: MapSource, field: str, chunk: int = 1024) -> np.ndarray | None:
+def _row_labels(source: Any, field: str, chunk: int = 1024) -> np.ndarray | None:
     values = np.empty(len(source), dtype=np.int64)
     for start in range(0, len(source), chunk):
         rows = source.__getitems__(list(range(start, min(start + chunk, len(source)))))
@@ -169,23 +149,19 @@ def _row_labels(source: MapSource, field: str, chunk: int = 1024) -> np.ndarray 
 
 
 def shard_reads(sources: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Per corpus of sharded data (:class:`~engine.sources.shards.source.ShardedSource`) among ``sources`` (by split),
-    keyed by the splits that read it (``"train, val"`` for a cut ``val_split``): the listing (``shards``,
-    ``row_groups``, ``rows``) and what its reader did (``process``: this process's reader, setup's reads included;
-    ``workers``: the loader worker processes', as of each worker's last batch)."""
-    from engine.sources.mixed import MixedSource
-    from engine.sources.shards.source import ShardedSource
-
-    corpora: dict[int, tuple[list[str], ShardedSource]] = {}
+    """Per reader among ``sources`` (by split; a mixture's by split and name), keyed by the splits that read it
+    (``"train, val"`` for a cut ``val_split``): its :meth:`~engine.sources.protocol.Source.counters`, for sharded
+    data the listing (``shards``, ``row_groups``, ``rows``) and what its reader did (``process``: this process's
+    reader, setup's reads included; ``workers``: the loader worker processes', as of each worker's last batch)."""
+    readers: dict[Any, tuple[list[str], dict[str, Any]]] = {}
     for role, source in sources.items():
-        parts = zip([f"{role} {name!r}" for name in source.names], source.sources) \
-            if isinstance(source, MixedSource) else [(role, source)]  # a mixture's sharded sources, by name
-        for label, part in parts:
-            if isinstance(part, ShardedSource):  # splits of one corpus share its reader and counts
-                corpora.setdefault(id(part.reader), ([], part))[0].append(label)
-    return {", ".join(roles): {"shards": len(source.listing.files), "row_groups": source.listing.num_groups,
-                               "rows": source.listing.num_rows, **source.reader_counts()}
-            for roles, source in corpora.values()}
+        if isinstance(source, IterableDataset):
+            continue
+        for name, part in source.parts():
+            counted = part.counters()
+            if counted is not None:  # splits of one corpus share its reader and counts
+                readers.setdefault(counted[0], ([], counted[1]))[0].append(role if name is None else f"{role} {name!r}")
+    return {", ".join(roles): counts for roles, counts in readers.values()}
 
 
 def describe_reads(reads: dict[str, Any]) -> str:

@@ -7,7 +7,7 @@ from typing import Any
 
 import lightning
 
-from engine.sources.bad_rows import SkippedRow, SkipReport
+from engine.core.skipped_rows import SkippedRow, SkipReport
 
 
 def skip_reports(datamodule: Any) -> dict[str, SkipReport]:

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from engine.loading.settings import LOADER_SETTINGS
 from engine.sampling.modes import BUDGET_MODES
 from engine.sources.long_rows import describe
 
@@ -41,12 +42,7 @@ def summary_rows(dm: Any, *, shapes: bool = True) -> list[tuple[str, str]]:
     if getattr(dm.collator, "pad_source", None) == "eos":
         rows.append(("padding", f"with the tokenizer's eos token (id {dm.collator.pad_token_id}), as it has no pad "
                                 f"token; padded positions get label -100 by position, so a real eos keeps its label"))
-    config = dm.train_config
-    size = (f"max_tokens={dm.max_tokens} ({dm.batching})" if dm.batching in BUDGET_MODES
-            else f"batch_size={config.batch_size}")  # a token budget, not a row count, sizes these batches
-    threads = f", num_threads={config.num_threads}" if config.num_threads else ""
-    rows.append(("loader", f"{size}, shuffle={config.shuffle}, num_workers={config.num_workers}{threads}, "
-                           f"drop_last={config.drop_last}"))
+    rows.append(("loader", loader_line(dm)))
     transforms = {transform.argument: transform.transform for transform in getattr(dm, "transforms", {}).values()}
     if transforms:
         given = ", ".join(f"{name}={' '.join(repr(value).split())}" for name, value in transforms.items())
@@ -64,6 +60,20 @@ def summary_rows(dm: Any, *, shapes: bool = True) -> list[tuple[str, str]]:
             if shown:
                 rows.append(("batch", ", ".join(f"{key}: {shape}" for key, shape in shown.items())))
     return rows
+
+
+def loader_line(dm: Any) -> str:
+    """The train loader's settings that are ``shown`` (:data:`engine.loading.settings.SETTINGS`): those marked
+    'always', and those marked 'changed' where they differ from their default. Under a token budget, ``max_tokens``
+    stands for ``batch_size``, which does not size these batches."""
+    config, shown = dm.train_config, []
+    for setting in LOADER_SETTINGS:
+        value = getattr(config, setting.name)
+        if setting.name == "batch_size" and dm.batching in BUDGET_MODES:
+            shown.append(f"max_tokens={dm.max_tokens} ({dm.batching})")
+        elif setting.shown == "always" or (setting.shown == "changed" and value != setting.loader.default):
+            shown.append(f"{setting.name}={value}")
+    return ", ".join(shown)
 
 
 def mixture_line(mixture: Any) -> str:

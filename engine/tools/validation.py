@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from engine.sources.bad_rows import WithSkippedRows
+from engine.core.skipped_rows import WithSkippedRows
 from engine.tools._batch_checks import CHECKS, Context
 from task_spec import TaskSpec
 

@@ -4,6 +4,7 @@ tests/conformance/matrix.py; docs/conformance.md says how, and lists the refusal
 
 from __future__ import annotations
 
+import json
 import pickle
 from collections import Counter
 from types import SimpleNamespace
@@ -31,10 +32,13 @@ from tests.conformance.sources import (
     ROWS,
     Maker,
     Rows,
+    SQLiteRows,
     batch_rows,
     served_rows,
     text_row,
+    token_row,
     tokenizer,
+    write_sqlite,
 )
 from tests.engine.sources.test_bad_rows import no_hang
 
@@ -416,10 +420,9 @@ def test_the_report_counts_the_rows_served(maker, kind, rows):
 
 
 FINGERPRINT_GAPS = {
-    "tensors": "a list of tensors is fingerprinted by 16 evenly spaced rows (engine/loading/state.py SAMPLED_ROWS): "
-               "row 1 of 40 is not among them, so a change to it resumes silently",
-    "torch": "a torch Dataset is fingerprinted by its class, length and a `fingerprint` attribute only "
-             "(engine/loading/state.py data_fingerprint): a changed row resumes silently",
+    "torch": "a torch Dataset without a fingerprint() is fingerprinted by its class, its length and 16 evenly spaced "
+             "rows (engine/sources/wrappers.py TorchSource.fingerprint): row 1 of 40 is not among them, so a change "
+             "to it resumes silently",
 }
 
 
@@ -442,3 +445,62 @@ def test_resume_on_the_same_data_is_accepted_and_on_a_changed_row_refused(maker,
     changed = module(made(changed=True), made.rows)
     with pytest.raises(ValueError, match=r"data_fingerprint was .* when saved|changed since it was saved"):
         changed.load_state_dict(state)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# a user's source: its own fingerprint() and lengths(key) are what the engine uses
+
+
+class CountedSQLiteRows(SQLiteRows):
+    """:class:`SQLiteRows` that counts, in this process, the rows read and the calls of its optional methods."""
+
+    def __init__(self, path: Any, *, declares_lengths: bool = True) -> None:
+        super().__init__(path)
+        self.declares_lengths, self.rows_read, self.calls = declares_lengths, 0, Counter()
+
+    def __getitems__(self, indices: list[int]) -> list[dict[str, Any]]:
+        self.rows_read += len(indices)
+        return super().__getitems__(indices)
+
+    def fingerprint(self) -> str:
+        self.calls["fingerprint"] += 1
+        return super().fingerprint()
+
+    def lengths(self, key: str) -> Any:
+        self.calls["lengths"] += 1
+        return super().lengths(key) if self.declares_lengths else None
+
+
+@pytest.mark.parametrize("batching", ["grouped", "token_budget", "packed"])
+def test_a_user_source_s_lengths_plan_the_epoch_without_reading_a_row(tmp_path, batching):
+    """With ``lengths(key)`` the length-aware samplers read no row to plan the epoch; without it (None) they read
+    every row once to measure it. The batches are the same: the declared lengths are the rows' own."""
+    path = write_sqlite(tmp_path / "rows.sqlite", Rows("tokens").records())
+    served = {}
+    for declares in (True, False):
+        source = CountedSQLiteRows(path, declares_lengths=declares)
+        dm = module({"train_data": source}, Rows("tokens"), batching=batching)
+        dm.setup()
+        before = source.rows_read
+        dm.train_dataloader()  # builds the sampler, which plans the epoch
+        assert source.calls["lengths"] >= 1
+        assert source.rows_read - before == (0 if declares else ROWS)
+        served[declares] = epochs(dm)
+    assert_same_batches(served[True][0] + served[True][1], served[False][0] + served[False][1])
+
+
+def test_a_user_source_s_fingerprint_decides_whether_a_state_resumes(tmp_path):
+    import sqlite3
+
+    path = write_sqlite(tmp_path / "rows.sqlite", Rows("tokens").records())
+    first = module({"train_data": CountedSQLiteRows(path)}, Rows("tokens"))
+    take(first, 3)
+    state = first.state_dict()
+    same = CountedSQLiteRows(path)
+    module({"train_data": same}, Rows("tokens")).load_state_dict(state)
+    assert same.calls["fingerprint"] >= 1
+    with sqlite3.connect(path) as db:  # one row changed in place, same length: only the content tells
+        db.execute("UPDATE rows SET input_ids = ? WHERE doc = 1", (json.dumps(token_row(1, changed=True)),))
+    db.close()
+    with pytest.raises(ValueError, match=r"data_fingerprint was .* when saved"):
+        module({"train_data": CountedSQLiteRows(path)}, Rows("tokens")).load_state_dict(state)

@@ -321,8 +321,8 @@ def test_a_row_that_fails_to_collate_is_named_by_its_source_and_row():
 
 
 def test_a_mixed_batch_read_as_columns_equals_the_rows_read_one_by_one():
-    from engine.sources.adapt import HFSource
     from engine.sources.mixed import MixedSource
+    from engine.sources.wrappers import HFSource
 
     web = HFSource(datasets.Dataset.from_dict({"input_ids": [[1] * (1 + i % 6) for i in range(50)],
                                                "row_id": list(range(50))}))

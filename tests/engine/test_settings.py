@@ -1,10 +1,17 @@
 """One home per setting: a setting given in two places that disagree is refused naming both, at construction."""
 
+import dataclasses
+import inspect
+
 import pytest
 import torch
 
-from engine import UniversalDataModule
+from engine import DataLoaderConfig, UniversalDataModule
 from engine.core.checks import keyword_or_spec
+from engine.datamodule.options import NOT_PLAIN
+from engine.loading.settings import BY_NAME, LOADER_SETTINGS, RESUMED, SETTINGS
+from engine.loading.state import IDENTITY_CHECKS
+from engine.tools.summary import summary_rows
 from task_spec import REMOVE, TaskSpec
 
 ROWS = [torch.arange(3, 3 + n) for n in range(4, 24)]
@@ -79,3 +86,56 @@ class TestLoaderOptions:
         assert UniversalDataModule(ROWS, **budget).train_config.batch_size == 32  # the default, as before
         assert UniversalDataModule(ROWS, batch_size=8, eval_batch_size=4, task_spec=TaskSpec.lm_tiny()).eval_config \
             .batch_size == 4
+
+
+class TestDeclarations:
+    """Each keyword is declared once (engine/loading/settings.py); the signature, DataLoaderConfig, the checks, the
+    checkpoint's configuration, the resume identity and repr's loader line follow the declarations."""
+
+    def test_the_signature_is_the_declarations(self):
+        parameters = inspect.signature(UniversalDataModule).parameters
+        assert list(parameters) and set(parameters) == set(BY_NAME)
+        for name, parameter in parameters.items():
+            setting = BY_NAME[name]
+            assert (parameter.annotation, type(parameter.default), parameter.default) == \
+                (setting.type, type(setting.default), setting.default), name
+            assert parameter.kind is (inspect.Parameter.POSITIONAL_OR_KEYWORD if name == "train_data"
+                                      else inspect.Parameter.KEYWORD_ONLY)
+
+    def test_data_loader_config_has_a_field_per_loader_setting(self):
+        fields = dataclasses.fields(DataLoaderConfig)
+        assert [(f.name, f.type, f.default) for f in fields] == \
+            [(s.name, s.loader.type, s.loader.default) for s in LOADER_SETTINGS]
+        assert all(f"{s.name} ({s.loader.type}" in DataLoaderConfig.__doc__ for s in LOADER_SETTINGS)
+
+    @pytest.mark.parametrize("setting", [s for s in SETTINGS if s.check is not None], ids=lambda s: s.name)
+    def test_every_declared_check_refuses_through_the_module(self, setting):
+        wrong = {"int": -1, "number": -1, "bool": "yes", "choice": "nope", "callable": 3}[setting.check.kind]
+        with pytest.raises((TypeError, ValueError), match=rf"{setting.name} should be .*, but got "):
+            UniversalDataModule(ROWS, task_spec=TaskSpec.lm_tiny(), **{setting.name: wrong})
+
+    def test_the_checks_keep_torchs_form(self):
+        with pytest.raises(ValueError, match=r"^batch_size should be a positive integer, but got batch_size=0$"):
+            UniversalDataModule(ROWS, batch_size=0)
+        with pytest.raises(ValueError, match=r"^uneven should be 'pad' or 'drop', but got uneven='spread'$"):
+            UniversalDataModule(ROWS, uneven="spread")
+        with pytest.raises(ValueError, match=r"^eval_batch_size should be a positive integer, but got "
+                                             r"eval_batch_size=0$"):
+            UniversalDataModule(ROWS, eval_batch_size=0)
+
+    def test_the_checkpoint_records_the_declared_settings(self):
+        dm = UniversalDataModule(ROWS, task_spec=TaskSpec.lm_tiny(), batch_size=4, seed=None)
+        recorded = {s.name for s in SETTINGS if s.recorded}
+        assert set(dm.hparams_initial) == recorded | {NOT_PLAIN}
+        assert dm.hparams_initial["seed"] == dm.seed and dm.hparams_initial["batch_size"] == 4
+
+    def test_a_resume_checks_the_declared_settings(self):
+        identity = UniversalDataModule(ROWS, task_spec=TaskSpec.lm_tiny(), uneven="drop").identity()
+        assert set(RESUMED) <= set(identity) and set(RESUMED) <= set(IDENTITY_CHECKS)
+        assert identity["uneven"] == "drop" and identity["batch_size"] == 32 and identity["batching"] == "plain"
+
+    def test_repr_shows_the_declared_loader_settings(self):
+        line = dict(summary_rows(UniversalDataModule(ROWS, batch_size=4, num_threads=2), shapes=False))["loader"]
+        assert line == "batch_size=4, shuffle=True, num_workers=0, drop_last=False, num_threads=2"
+        line = dict(summary_rows(UniversalDataModule(ROWS, batch_size=4), shapes=False))["loader"]
+        assert line == "batch_size=4, shuffle=True, num_workers=0, drop_last=False"

@@ -24,7 +24,7 @@ from engine.core.rng import derive_seed
 from engine.sampling.blocks import BlockOrder
 from engine.sampling.mixtures.mixture import Mixture, changes
 from engine.sampling.mixtures.plan import Draws, EpochPlan, walk
-from engine.sampling.served import ServedMeter
+from engine.sampling.mixtures.served import ServedMeter
 
 
 class MixtureOrder:

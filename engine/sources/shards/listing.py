@@ -35,6 +35,11 @@ def is_url(value: Any) -> bool:
     return isinstance(value, str) and value.lower().startswith(URL_SCHEMES)
 
 
+def is_shard_data(value: Any) -> bool:
+    """Whether data given to a module is a sharded corpus: a :class:`Shards` or a URL in object storage."""
+    return isinstance(value, Shards) or is_url(value)
+
+
 @dataclass(frozen=True)
 class Shards:
     """A sharded corpus to stream: a folder or prefix, a glob, or a list of Parquet / Arrow IPC files, local or in

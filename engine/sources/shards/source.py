@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from collators.columns import RaggedColumn
+from engine.sources.protocol import EpochBlocks
 from engine.sources.rows import ColumnarSource, empty_rows_error
 from engine.sources.shards.listing import ShardListing, Shards, list_shards
 from engine.sources.shards.reader import RowGroupReader
@@ -136,6 +137,21 @@ class ShardedSource(ColumnarSource):
     def row_groups(self) -> np.ndarray:
         """The row group of each of this source's rows (what the training order keeps together)."""
         return self.group_of(self.corpus_rows(np.arange(len(self)))).astype(np.int32)
+
+    def epoch_blocks(self) -> EpochBlocks:
+        """The row groups, ordered by the seed and the epoch, with rows shuffled within ``shuffle_window``: a
+        batch's reads stay within a few row groups."""
+        return EpochBlocks(self.row_groups(), self.listing.shards.shuffle_window)
+
+    reads_ahead = True
+    lengths_from = "the shards' list offsets, read column by column"
+
+    def counters(self) -> tuple[Hashable, dict[str, Any]]:
+        """``(key, {shards, row_groups, rows, process, workers})``: the listing and :meth:`reader_counts`; the
+        splits of one corpus share one reader, and so one key."""
+        listing = self.listing
+        return id(self._readers), {"shards": len(listing.files), "row_groups": listing.num_groups,
+                                   "rows": listing.num_rows, **self.reader_counts()}
 
     def reader_counts(self) -> dict[str, dict[str, int]]:
         """What the shard reader did: ``{"process": ..., "workers": ...}``, each ``{fetched, cache_hits, retries,

@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from engine.sources.adapt import HFSource, MapSource
 from engine.sources.inputs import needs_tokenizer, row_keys, text_fields, token_field
 from engine.sources.media import media_columns, with_media_decoded
+from engine.sources.rows import MapSource
 from engine.sources.tokenizing.token_cache import TokenCache
+from engine.sources.wrappers import HFSource
 from task_spec import TaskSpec
 
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from collators import TextCollator
+from collators.columns import RowBatch
 from engine.collation.seeded_collate import SeededCollate, accepts_generator, build_collator
 from engine.sampling.base import BatchIndices
-from engine.sources.rows import RowBatch
 from task_spec import TaskSpec
 
 MLM = TextCollator(task_type="masked_lm", pad_token_id=0, mask_token_id=1, vocab_size=50, mlm_probability=0.5)

@@ -27,7 +27,26 @@ class NoReads(torch.utils.data.Dataset):
         return 10
 
     def __getitem__(self, index):
-        raise AssertionError("the fingerprint must not read rows (they may be augmented at random)")
+        raise AssertionError("a dataset that declares its fingerprint is not read for one")
+
+
+class Squares(torch.utils.data.Dataset):
+    """Rows computed from their index; ``changed`` rows differ, ``noisy`` rows are drawn at random at every read."""
+
+    def __init__(self, size=100, changed=(), noisy=False):
+        self.size, self.changed, self.noisy = size, set(changed), noisy
+
+    def __len__(self):
+        return self.size
+
+    def __getitem__(self, index):
+        value = torch.tensor([index * index + (7 if index in self.changed else 0)])
+        return value + torch.rand(1) if self.noisy else value
+
+
+class Declared(Squares):
+    def fingerprint(self):
+        return f"squares-{self.size}-{sorted(self.changed)}"
 
 
 class TestDataFingerprint:
@@ -44,8 +63,27 @@ class TestDataFingerprint:
         assert data_fingerprint(as_source(first)) != data_fingerprint(as_source(first.map(lambda row: row)))
         assert data_fingerprint(as_source(first)) == data_fingerprint(as_source(first))
 
-    def test_torch_datasets_are_not_read(self):
+    def test_a_torch_dataset_that_declares_a_fingerprint_is_not_read(self):
         assert data_fingerprint(as_source(NoReads())) == data_fingerprint(as_source(NoReads()))
+
+    def test_torch_datasets_of_the_same_length_whose_rows_differ_differ(self):
+        assert data_fingerprint(as_source(Squares())) == data_fingerprint(as_source(Squares()))
+        assert data_fingerprint(as_source(Squares())) != data_fingerprint(as_source(Squares(changed=[0])))
+
+    def test_rows_drawn_at_random_still_resume_on_the_same_dataset(self):
+        assert data_fingerprint(as_source(Squares(noisy=True))) == data_fingerprint(as_source(Squares(noisy=True)))
+        assert data_fingerprint(as_source(Squares(noisy=True))) != data_fingerprint(as_source(Squares(size=99,
+                                                                                                   noisy=True)))
+
+    def test_a_declared_fingerprint_is_used(self):
+        assert data_fingerprint(as_source(Declared(changed=[50]))) != data_fingerprint(as_source(Declared()))
+        with pytest.raises(TypeError, match=r"Bad.fingerprint\(\) should return a str, but got int"):
+            data_fingerprint(as_source(type("Bad", (Squares,), {"fingerprint": lambda self: 3})()))
+
+    def test_every_row_of_a_tensor_list_counts(self):
+        changed = [row.clone() for row in ROWS]
+        changed[4][1] = 99  # not among the 16 evenly spaced rows a sample of these 20 reads
+        assert data_fingerprint(as_source(ROWS)) != data_fingerprint(as_source(changed))
 
 
 class TestIdentity:

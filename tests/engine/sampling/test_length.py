@@ -9,8 +9,8 @@ from engine.loading.factory import DataLoaderFactory, batch_sampler_for
 from engine.sampling.length import LengthGroupedBatchSampler, TokenBudgetBatchSampler
 from engine.sampling.modes import resolve_batching
 from engine.sampling.seeded import SeededBatchSampler
-from engine.sources.adapt import TensorListSource, TorchSource
 from engine.sources.lengths import lengths_of
+from engine.sources.wrappers import TensorListSource, TorchSource
 from task_spec import TaskSpec
 
 LENGTHS = np.random.default_rng(0).integers(32, 513, 6000)  # uniform 32..512, as in the issue

@@ -10,7 +10,7 @@ from engine.loading.config import DataLoaderConfig
 from engine.loading.factory import DataLoaderFactory, batch_sampler_for
 from engine.sampling.modes import resolve_batching
 from engine.sampling.packed import PackedBatchSampler, best_fit_decreasing
-from engine.sources.adapt import TensorListSource
+from engine.sources.wrappers import TensorListSource
 from task_spec import TaskSpec
 
 LENGTHS = np.random.default_rng(0).integers(32, 513, 6000)  # uniform 32..512, as in the issue

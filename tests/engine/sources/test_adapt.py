@@ -4,11 +4,12 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
+from collators.columns import RowBatch
 from engine import DataLoaderConfig, DataLoaderFactory
 from engine.sampling.base import BatchIndices
-from engine.sources.adapt import HFSource, TensorListSource, TorchSource, as_source
+from engine.sources.adapt import as_source
 from engine.sources.kinds import unpack_dataset_dict
-from engine.sources.rows import RowBatch
+from engine.sources.wrappers import HFSource, TensorListSource, TorchSource
 
 
 class Endless(torch.utils.data.IterableDataset):

@@ -17,11 +17,10 @@ import torch
 from torch.utils.data import Dataset
 
 from collators import DefaultCollator, TextCollator
-from collators.columns import ColumnBatch, RaggedColumn, SpanColumn
+from collators.columns import ColumnBatch, RaggedColumn, RowBatch, SpanColumn
 from engine.datamodule.universal import UniversalDataModule
 from engine.sampling.base import BatchIndices
-from engine.sources.adapt import HFSource
-from engine.sources.rows import RowBatch
+from engine.sources.wrappers import HFSource
 from task_spec import TaskSpec
 
 

@@ -17,8 +17,8 @@ from PIL import Image
 from torch.utils.data._utils.pin_memory import pin_memory
 
 from engine import UniversalDataModule
+from engine.core.skipped_rows import SkippedRow, WithSkippedRows
 from engine.datasets import ImageFolderDataset
-from engine.sources.bad_rows import SkippedRow, WithSkippedRows
 from engine.sources.lengths import lengths_of
 from task_spec import TaskSpec
 

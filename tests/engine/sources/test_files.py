@@ -13,7 +13,7 @@ from PIL import Image
 
 from demo.sample_data import build_tokenizer
 from engine import UniversalDataModule
-from engine.sources.adapt import HFSource
+from engine.sources.wrappers import HFSource
 from task_spec import TaskSpec
 
 SPEC = TaskSpec.cls_tiny()

@@ -6,8 +6,8 @@ import torch
 
 from demo.sample_data import build_tokenizer
 from engine.datamodule.given import prepare_inputs, take_inputs
-from engine.sources.adapt import HFSource, TensorListSource
 from engine.sources.streams import EpochStream
+from engine.sources.wrappers import HFSource, TensorListSource
 from task_spec import TaskSpec
 
 ROWS = [torch.arange(3, 3 + n) for n in range(4, 24)]
@@ -15,7 +15,7 @@ ROWS = [torch.arange(3, 3 + n) for n in range(4, 24)]
 
 def take(train, **options):
     arguments = dict(val_data=None, test_data=None, predict_data=None, task_spec=TaskSpec.lm_tiny(), tokenizer=None,
-                     val_split=0.0, test_split=0.0, shuffle=None, seed=0, uneven="pad")
+                     val_split=0.0, test_split=0.0, shuffle=None, seed=0)
     arguments.update(options)
     return take_inputs(train, **arguments)
 

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from demo.sample_data import build_tokenizer
 from engine import UniversalDataModule
-from engine.sources.adapt import HFSource, TensorListSource
 from engine.sources.long_rows import LongRows, TokenWindows, apply_long_rows, special_frame, windows
+from engine.sources.wrappers import HFSource, TensorListSource
 from task_spec import REMOVE, TaskSpec
 
 SPEC = TaskSpec.lm_tiny().replace(additional_config={"max_seq_len": 16})

@@ -3,11 +3,10 @@
 import pytest
 import torch
 
-from collators.columns import ColumnBatch
+from collators.columns import ColumnBatch, RowBatch
 from collators.text import TextCollator
 from engine.collation.seeded_collate import SeededCollate
-from engine.sources.adapt import TensorListSource
-from engine.sources.rows import RowBatch
+from engine.sources.wrappers import TensorListSource
 from task_spec import TaskSpec
 
 MLM = TaskSpec.mlm_tiny().replace(special_tokens={"pad_token_id": 0, "mask_token_id": 1},

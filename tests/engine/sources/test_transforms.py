@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
+from collators.columns import RowBatch
 from engine.core.rng import derive_seed
 from engine.sampling.base import BatchIndices
-from engine.sources.adapt import HFSource, TensorListSource
-from engine.sources.rows import RowBatch
 from engine.sources.transforms import RowTransform, TransformFailed, split_transforms, takes_generator
+from engine.sources.wrappers import HFSource, TensorListSource
 
 
 def noisy(row):
