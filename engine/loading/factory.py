@@ -31,7 +31,7 @@ from engine.sampling.packed import PackedBatchSampler
 from engine.sampling.seeded import SeededBatchSampler
 from engine.sources.adapt import as_source
 from engine.sources.lengths import lengths_of
-from engine.sources.protocol import Source
+from engine.sources.protocol import epoch_blocks_of
 from engine.sources.shards.listing import is_shard_data
 
 
@@ -168,7 +168,7 @@ def block_order(source: Any) -> BlockOrder | None:
     """The source's own epoch order (:meth:`~engine.sources.protocol.Source.epoch_blocks`; sharded data: row groups
     in a seeded order, rows shuffled within a window), which keeps a batch's reads within a few blocks; None for
     data shuffled with a full permutation (and for data not yet adapted to a source, which has no order of its own)."""
-    blocks = source.epoch_blocks() if isinstance(source, Source) else None
+    blocks = epoch_blocks_of(source)
     return None if blocks is None else BlockOrder(blocks.block_of_row, blocks.shuffle_window)
 
 

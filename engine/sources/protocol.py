@@ -17,7 +17,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["EpochBlocks", "Source", "UserSource"]
+__all__ = ["EpochBlocks", "Source", "UserSource", "epoch_blocks_of"]
 
 
 class EpochBlocks(NamedTuple):
@@ -115,3 +115,9 @@ class Source(Protocol):
     def labels(self, field: str) -> np.ndarray | None:
         """Integer class labels of ``field`` read without reading rows (an Arrow column), else None."""
         ...
+
+
+def epoch_blocks_of(data: Any) -> EpochBlocks | None:
+    """:meth:`Source.epoch_blocks` of ``data`` when it is a source; None for data not yet adapted to one (a list of
+    indices, a torch dataset), which has no order of its own."""
+    return data.epoch_blocks() if isinstance(data, Source) else None
