@@ -264,9 +264,9 @@ def test_a_refused_combination_is_refused_at_construction(maker, kind, rows, bat
 
 
 MIXED_TEXT_LATE = ("a mixture of raw text in a datasets.Dataset and in a torch Dataset (with a tokenizer) is built, "
-                   "then setup() raises \"a mixture's sources should have the same fields ... train_data['web'] has "
-                   "['attention_mask', 'doc', 'input_ids']\": the HF source is tokenized at setup, the torch one per "
-                   "batch, and the message names fields the user never gave and suggests remove_columns(['text'])")
+                   "then setup() raises \"a mixture's sources should have the same fields ... train_data['code'] has "
+                   "['doc', 'text'] and train_data['web'] has ['doc', 'input_ids']\": the HF source is tokenized at "
+                   "setup, the torch one per batch by the collator, and the message suggests remove_columns(['text'])")
 
 
 @pytest.mark.xfail(strict=True, reason=MIXED_TEXT_LATE)
