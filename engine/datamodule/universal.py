@@ -27,7 +27,7 @@ from engine.loading.settings import BY_NAME, NOT_RECORDED, check_module_settings
 from engine.loading.state import TrainPosition
 from engine.sampling.mixtures.mixture import as_mixture
 from engine.sampling.modes import resolve_batching
-from engine.sources.inputs import check_same_classes, class_maps
+from engine.sources.inputs import check_length_batching, check_same_classes, class_maps
 from engine.sources.kinds import is_named_datasets
 from engine.sources.long_rows import LongRows, check_sources
 from engine.sources.rows import MapSource
@@ -171,6 +171,8 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
             batching=self.batching, batching_reason=self.batching_reason)
         self.long_rows = LongRows.resolve(long_rows, stride, task_spec, getattr(self.collator, "max_length", None))
         check_sources(self._given, self._stream, self.long_rows)
+        if "train" in self._given:
+            check_length_batching(self._given["train"], task_spec, self.batching)
         self.token_cache = TokenCache.resolve(cache_dir, num_proc)
         self.train_config.collate_fn = self.eval_config.collate_fn = self.collator
         self.transforms = split_transforms(train_transform, eval_transform, seed=seed, stream=self._stream is not None)

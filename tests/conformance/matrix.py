@@ -52,11 +52,8 @@ class Bug:
 STREAM_BATCHING = r"batching='{}' needs every row's length up front, which a stream \(datasets.IterableDataset\)"
 STREAM_THREADS = r"num_threads=2 loads map-style data through its batch sampler, but the data is an IterableDataset"
 NOT_LM_PACKED = r"batching='packed' \(batching= was given\) concatenates documents for language modelling"
-LENGTHS_LATE = ("raw text in a map-style torch Dataset (or a user's source) is tokenized by the collator per batch, so "
-                "batching='{}' has no lengths: the module is built and set up, then train_dataloader() raises "
-                "KeyError \"row 0 has no 'input_ids' to measure ... give lengths=... to the sampler directly\" "
-                "(engine/sources/lengths.py via engine/loading/factory.py batch_sampler_for), instead of a refusal "
-                "at construction")
+RAW_TEXT_LENGTHS = (r"batching='{}' plans each epoch from every row's token count, but train_data \(\w+\) holds raw "
+                    r"text, which the collator tokenizes a batch at a time")
 IMAGES_LATE = ("an image folder (classification, column 'image') under batching='{}' is built and set up, then "
                "train_dataloader() raises TypeError \"column 'image' is struct<bytes, path>, which has no per-row "
                "length; tokenize the text first\", instead of a refusal at construction that names images")
@@ -75,7 +72,7 @@ def expectation(kind: str, rows: str, batching: str, loader: str = "workers0") -
     if kind == "image_folder" and batching in ("grouped", "token_budget"):
         return Bug(IMAGES_LATE.format(batching))
     if kind in ("torch", "user_sqlite") and rows == "text" and batching != "plain":
-        return Bug(LENGTHS_LATE.format(batching))
+        return Refusal(ValueError, RAW_TEXT_LENGTHS.format(batching))
     return None
 
 
