@@ -56,10 +56,19 @@ def check_length_batching(source: MapSource, spec: TaskSpec | None, batching: st
     if batching == "plain" or spec is None:
         return
     for name, part in source.parts():
-        if isinstance(part, (HFSource, ShardedSource, TensorListSource)):
+        where = what if name is None else f"{what}[{name!r}]"
+        if isinstance(part, (ShardedSource, TensorListSource)):
+            continue
+        if isinstance(part, HFSource):  # its lengths are Arrow offsets: cheap to read now, as the sampler will
+            if not needs_tokenizer(row_keys(part), spec, part):
+                try:
+                    part.lengths(spec.input_fields[0])
+                except (KeyError, TypeError) as error:
+                    raise ValueError(f"batching={batching!r} plans each epoch from every row's length of "
+                                     f"{spec.input_fields[0]!r}, which {where} does not have ({error}); use "
+                                     f"batching='plain'") from error
             continue
         if needs_tokenizer(row_keys(part), spec, part):
-            where = what if name is None else f"{what}[{name!r}]"
             raise ValueError(f"batching={batching!r} plans each epoch from every row's token count, but {where} "
                              f"({type(part.dataset).__name__ if hasattr(part, 'dataset') else type(part).__name__}) "
                              f"holds raw text, which the collator tokenizes a batch at a time; give the text as a "

@@ -54,9 +54,8 @@ STREAM_THREADS = r"num_threads=2 loads map-style data through its batch sampler,
 NOT_LM_PACKED = r"batching='packed' \(batching= was given\) concatenates documents for language modelling"
 RAW_TEXT_LENGTHS = (r"batching='{}' plans each epoch from every row's token count, but train_data \(\w+\) holds raw "
                     r"text, which the collator tokenizes a batch at a time")
-IMAGES_LATE = ("an image folder (classification, column 'image') under batching='{}' is built and set up, then "
-               "train_dataloader() raises TypeError \"column 'image' is struct<bytes, path>, which has no per-row "
-               "length; tokenize the text first\", instead of a refusal at construction that names images")
+IMAGES_NO_LENGTH = (r"batching='{}' plans each epoch from every row's length of 'image', which train_data does not "
+                    r"have \(column 'image' is struct")
 
 
 def expectation(kind: str, rows: str, batching: str, loader: str = "workers0") -> Refusal | Bug | None:
@@ -70,7 +69,7 @@ def expectation(kind: str, rows: str, batching: str, loader: str = "workers0") -
     if kind == "image_folder" and batching == "packed":
         return Refusal(ValueError, NOT_LM_PACKED)
     if kind == "image_folder" and batching in ("grouped", "token_budget"):
-        return Bug(IMAGES_LATE.format(batching))
+        return Refusal(ValueError, IMAGES_NO_LENGTH.format(batching))
     if kind in ("torch", "user_sqlite") and rows == "text" and batching != "plain":
         return Refusal(ValueError, RAW_TEXT_LENGTHS.format(batching))
     return None
