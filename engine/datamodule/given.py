@@ -20,7 +20,7 @@ from engine.sources.long_rows import LongRows, apply_long_rows, check_rows_left,
 from engine.sources.mixed import MixedSource
 from engine.sources.protocol import Source
 from engine.sources.rows import MapSource
-from engine.sources.splits import SplitPlan, mixed_plan, plan_splits, split_views
+from engine.sources.splits import SplitPlan, mixed_plan, plan_splits, split_labels, split_views
 from engine.sources.streams import EpochStream, check_stream_options, is_hf_stream, peek_rows, stream_fingerprint
 from engine.sources.targets import check_split_targets
 from engine.sources.tokenizing.preprocess import has_raw_text, prepare_source, prepare_stream
@@ -105,7 +105,7 @@ def check_same_fields(parts: Mapping[str, MapSource]) -> None:
 def prepare_inputs(given: dict[str, MapSource], stream: Any, task_spec: Any, tokenizer: Any, *,
                    val_split: float | int, test_split: float | int, seed: int, rank: int, world_size: int,
                    long_rows: LongRows | None = None, cache: TokenCache | None = None,
-                   transforms: Mapping[str, RowTransform | None] | None = None) -> Prepared:
+                   transforms: Mapping[str, RowTransform | None] | None = None, stratify: bool = False) -> Prepared:
     """Raw text tokenized once per machine (cached), the train data split by document, then the long-row policy
     applied to each split, so that no document's windows land in two splits. None: truncation, default cache.
     Each split is its own copy of the source (views cut by ``val_split`` included) with its ``transforms[role]``."""
@@ -123,7 +123,8 @@ def prepare_inputs(given: dict[str, MapSource], stream: Any, task_spec: Any, tok
         return Prepared({**_for_roles(others, transforms), "train": train}, stream_fingerprint(stream), None, {})
     plan = fingerprint = None
     if "train" in sources:
-        plan = plan_splits(len(sources["train"]), val_split=val_split, test_split=test_split, seed=seed)
+        labels = split_labels(sources["train"], task_spec) if stratify else None
+        plan = plan_splits(len(sources["train"]), val_split=val_split, test_split=test_split, seed=seed, labels=labels)
         sources.update(split_views(sources["train"], plan, val=bool(val_split), test=bool(test_split)))
         fingerprint = data_fingerprint(given["train"])
     for role, source in sources.items():  # before any batch: a missing or non-finite target in a column

@@ -69,7 +69,8 @@ class MapSource(Dataset):
         is named in an error, or with ``on_error`` 'skip'/'warn' left out and recorded like a row that failed to read.
         """
         try:
-            out = RowBatch(self.transform(rows, [self.dataset_index(position) for position in positions], epoch))
+            out = RowBatch(self.transform(rows, [self.dataset_index(position) for position in positions], epoch,
+                                          reread=lambda place: self._fetch([positions[place]])[0]))
         except TransformFailed as failed:
             if self.on_error == "raise":
                 seeds = [self.dataset_index(position) for position in positions]
