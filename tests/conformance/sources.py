@@ -30,7 +30,7 @@ CHANGED_ROW = 1
 """The row a ``changed=True`` maker changes: one that no sampling of evenly spaced rows reads."""
 SPEC = TaskSpec.lm_tiny()
 IMAGE_SPEC = TaskSpec.vision_tiny().replace(input_fields=("image",), target_field="label",
-                                            additional_config={"num_classes": 2})
+                                            additional_config={"num_classes": 2, "image_size": [3, 4, 6]})
 WORDS = ("fox", "bird", "owl", "deer", "rabbit", "wolf", "heron", "bear", "squirrel", "horse", "swan", "trees",
          "hill", "lake", "fog", "river", "forest", "rocks", "meadow", "moon", "mountain", "pond", "rain", "sun",
          "winter", "snow", "night", "spring", "stars")
