@@ -63,10 +63,16 @@ def device_normalize_kwargs(device_normalize: bool, collate_fn: Any, task_spec: 
     return kwargs
 
 
-def check_stream_batching(is_stream: bool, batching: str) -> None:
+def check_stream_batching(is_stream: bool, batching: str, num_threads: int = 0) -> None:
+    """Refuse, at construction, what a stream cannot do: length-aware batching, and background threads (which load
+    through a batch sampler; the loader factory refuses them too, but only once the train loader is built)."""
     if is_stream and batching != "plain":
         raise ValueError(f"batching={batching!r} needs every row's length up front, which a stream "
                          f"(datasets.IterableDataset) does not have; use batching='plain' or a map-style Dataset")
+    if is_stream and num_threads:
+        raise ValueError(f"num_threads={num_threads} loads map-style data through its batch sampler, but the data "
+                         f"is an IterableDataset (a stream); set num_threads=0, or num_workers > 0 to read it in "
+                         f"workers")
 
 
 DEFAULT_BATCH_SIZE = 32

@@ -27,7 +27,7 @@ from engine.loading.settings import BY_NAME, NOT_RECORDED, check_module_settings
 from engine.loading.state import TrainPosition
 from engine.sampling.mixtures.mixture import as_mixture
 from engine.sampling.modes import resolve_batching
-from engine.sources.inputs import check_same_classes, class_maps
+from engine.sources.inputs import check_length_batching, check_same_classes, class_maps
 from engine.sources.kinds import is_named_datasets
 from engine.sources.long_rows import LongRows, check_sources
 from engine.sources.rows import MapSource
@@ -163,17 +163,21 @@ class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
         self.rank, self.world_size = 0, 1
         self.train_config, self.eval_config = options.loader_configs(
             settings, shuffle=self._stream is None if shuffle is None else shuffle)
-        self.batching, self.max_tokens, self.batching_reason = resolve_batching(task_spec, batching, max_tokens,
-                                                                                self.train_config.shuffle)
+        # a stream is never shuffled here: its own refusal below names what it lacks (lengths up front), where
+        # resolve_batching's would ask for shuffle=True, which a stream refuses in turn
+        self.batching, self.max_tokens, self.batching_reason = resolve_batching(
+            task_spec, batching, max_tokens, self.train_config.shuffle or self._stream is not None)
         options.check_batch_size_is_used(self.batching, batch_size, eval_batch_size)
         if self.mixture is not None:
             check_mixture_batching(self.mixture, self.batching)
-        options.check_stream_batching(self._stream is not None, self.batching)
+        options.check_stream_batching(self._stream is not None, self.batching, self.train_config.num_threads)
         self.collator, self.collator_resolution = module_collator(
             task_spec, tokenizer, collate_fn, collator_name, collator_kwargs, device_normalize=device_normalize,
             batching=self.batching, batching_reason=self.batching_reason)
         self.long_rows = LongRows.resolve(long_rows, stride, task_spec, getattr(self.collator, "max_length", None))
         check_sources(self._given, self._stream, self.long_rows)
+        if "train" in self._given:
+            check_length_batching(self._given["train"], task_spec, self.batching)
         self.token_cache = TokenCache.resolve(cache_dir, num_proc)
         self.train_config.collate_fn = self.eval_config.collate_fn = self.collator
         self.transforms = split_transforms(train_transform, eval_transform, seed=seed, stream=self._stream is not None)

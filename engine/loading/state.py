@@ -20,6 +20,7 @@ from torch.utils.data import IterableDataset
 from engine.core.checks import check_saved_int
 from engine.core.compat import iterator_finished, sampler_state_of, single_process_state
 from engine.loading.settings import RESUMED
+from engine.sampling.modes import BUDGET_MODES
 from engine.sources.protocol import Source
 
 STATE_VERSION = 5
@@ -58,8 +59,6 @@ TOPOLOGY = (WORLD_SIZE, NUM_WORKERS)
 """Identity fields an elastic resume (map-style data) may change; the per-rank batch then follows the ranks."""
 LOADER_OPTIONS = tuple(name for name in RESUMED if name not in (SEED, *TOPOLOGY))
 """Identity fields that are the module's own options: the fix is to resume with the saved value."""
-TOKEN_BATCHING = ("token_budget", "packed")
-"""Batching modes whose batches are cut by ``max_tokens`` (per rank), not by ``batch_size``."""
 
 
 def data_fingerprint(source: Source) -> str:
@@ -123,7 +122,7 @@ def check_compatible(saved: Mapping[str, Any], current: Mapping[str, Any], *, el
     for key, why in IDENTITY_CHECKS.items():
         if elastic and key in TOPOLOGY:
             continue
-        if key == BATCH_SIZE and current.get(BATCHING) in TOKEN_BATCHING and saved.get(BATCHING) == current.get(
+        if key == BATCH_SIZE and current.get(BATCHING) in BUDGET_MODES and saved.get(BATCHING) == current.get(
                 BATCHING):  # batches cut by tokens: batch_size cuts none of them
             continue
         if elastic and key in (BATCH_SIZE, MAX_TOKENS) and saved.get(WORLD_SIZE) != current.get(WORLD_SIZE):
@@ -172,7 +171,7 @@ def check_global_batch(saved: Mapping[str, Any], current: Mapping[str, Any], key
     ``batch_size`` is no batch of a token budget or of packing (their batches are cut by tokens), so with
     ``batching='token_budget'`` or ``'packed'`` only ``max_tokens`` counts, the global budget being
     ``max_tokens x world_size``; in the other modes only ``batch_size`` counts."""
-    if (key == BATCH_SIZE) == (current.get(BATCHING) in TOKEN_BATCHING):
+    if (key == BATCH_SIZE) == (current.get(BATCHING) in BUDGET_MODES):
         return
     ranks, per_rank = current.get(WORLD_SIZE), current.get(key)
     saved_ranks = check_saved_int("the checkpoint's data state", WORLD_SIZE, saved.get(WORLD_SIZE), low=1)
