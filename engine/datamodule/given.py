@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 from engine.datamodule.options import check_data_arguments
 from engine.loading.state import data_fingerprint
 from engine.sources.adapt import as_source
-from engine.sources.inputs import check_inputs, row_keys, token_field
+from engine.sources.inputs import check_inputs, needs_tokenizer, row_keys, token_field
 from engine.sources.kinds import is_hf_dataset_dict, unpack_dataset_dict
 from engine.sources.lengths import check_no_empty_rows
 from engine.sources.long_rows import LongRows, apply_long_rows, check_rows_left, describe, special_frame
@@ -84,9 +84,28 @@ def take_mixture(train_data: Mapping[str, Any], names: tuple[str, ...], *, task_
                             f"split, e.g. dataset_dict['train']")
         parts[name] = as_source(data, key=key, spec=task_spec, what=f"train_data[{name!r}]", on_error=on_error)
         check_inputs(parts[name], task_spec, tokenizer, f"train_data[{name!r}]")
+    check_tokenized_alike(parts, task_spec)
     if not any(has_raw_text(part, task_spec) for part in parts.values()):  # raw text: compared once tokenized
         check_same_fields(parts)
     return MixedSource(parts)
+
+
+def check_tokenized_alike(parts: Mapping[str, MapSource], task_spec: Any) -> None:
+    """Refuse a mixture where the collator would tokenize some sources' raw text batch by batch (a torch dataset's,
+    a user's source's, shards') while the others reach it as token ids (pre-tokenized, or a ``datasets.Dataset``'s
+    raw text, tokenized at setup): a batch mixes their rows, which must have the same fields."""
+    if task_spec is None:
+        return
+    by_collator = [name for name, part in parts.items()
+                   if not has_raw_text(part, task_spec) and needs_tokenizer(row_keys(part), task_spec, part)]
+    ahead = [name for name in parts if name not in by_collator]
+    if by_collator and ahead:
+        raise ValueError(
+            f"a mixture's sources should reach the collator alike, since every batch mixes their rows, but the raw "
+            f"text of train_data[{by_collator[0]!r}] would be tokenized batch by batch by the collator while "
+            f"train_data[{ahead[0]!r}] holds token ids (or is a datasets.Dataset whose text is tokenized at setup); "
+            f"give train_data[{by_collator[0]!r}] as a datasets.Dataset (datasets.Dataset.from_list(rows)), which is "
+            f"tokenized at setup like the others, or tokenize it ahead (tokenize_on_ray for shards)")
 
 
 def check_same_fields(parts: Mapping[str, MapSource]) -> None:

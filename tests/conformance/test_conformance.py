@@ -263,13 +263,6 @@ def test_a_refused_combination_is_refused_at_construction(maker, kind, rows, bat
             module(made(), made.rows, batching=batching, loader=loader)
 
 
-MIXED_TEXT_LATE = ("a mixture of raw text in a datasets.Dataset and in a torch Dataset (with a tokenizer) is built, "
-                   "then setup() raises \"a mixture's sources should have the same fields ... train_data['code'] has "
-                   "['doc', 'text'] and train_data['web'] has ['doc', 'input_ids']\": the HF source is tokenized at "
-                   "setup, the torch one per batch by the collator, and the message suggests remove_columns(['text'])")
-
-
-@pytest.mark.xfail(strict=True, reason=MIXED_TEXT_LATE)
 def test_a_mixture_of_raw_text_in_an_hf_dataset_and_a_torch_dataset_is_refused_at_construction():
     import datasets
 
@@ -278,7 +271,8 @@ def test_a_mixture_of_raw_text_in_an_hf_dataset_and_a_torch_dataset_is_refused_a
     rows = Rows("text")
     records = rows.records()
     data = {"web": datasets.Dataset.from_list(records[:20]), "code": TorchRows(records[20:])}
-    with pytest.raises(ValueError, match=r"a mixture's sources should have the same fields"):
+    with pytest.raises(ValueError, match=r"a mixture's sources should reach the collator alike.*train_data\['code'\] "
+                                         r"would be tokenized batch by batch.*datasets.Dataset.from_list"):
         UniversalDataModule(data, mix={"web": 1, "code": 1}, task_spec=rows.spec, **rows.module_options())
 
 
@@ -419,23 +413,7 @@ def test_the_report_counts_the_rows_served(maker, kind, rows):
         assert numbers["lengths"]["train"]["total"] == sum(len(contents[doc]) for doc in served)
 
 
-FINGERPRINT_GAPS = {
-    "torch": "a torch Dataset without a fingerprint() is fingerprinted by its class, its length and 16 evenly spaced "
-             "rows (engine/sources/wrappers.py TorchSource.fingerprint): row 1 of 40 is not among them, so a change "
-             "to it resumes silently",
-}
-
-
-def _fingerprint_sources() -> list[Any]:
-    found = []
-    for kind, rows in sources():
-        gap = FINGERPRINT_GAPS.get(kind)
-        marks = [pytest.mark.xfail(strict=True, reason=gap)] if gap else []
-        found.append(pytest.param(kind, rows, marks=marks, id=f"{kind}-{rows}"))
-    return found
-
-
-@pytest.mark.parametrize(("kind", "rows"), _fingerprint_sources())
+@pytest.mark.parametrize(("kind", "rows"), SOURCES)
 def test_resume_on_the_same_data_is_accepted_and_on_a_changed_row_refused(maker, kind, rows):
     made = maker(kind, rows)
     first = module(made(), made.rows)
