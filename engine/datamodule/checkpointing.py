@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.utils.data import IterableDataset
 
 from engine.datamodule import options
 from engine.loading.settings import RESUMED
@@ -23,11 +24,9 @@ def read_configuration(checkpoint_path: Any, map_location: Any = None) -> dict[s
 def shuffle_windows(source: Any) -> int | dict[str, int] | None:
     """The ``shuffle_window`` of sharded train data (its epoch order's), by name for a mixture's sharded sources;
     None for other data, whose order has no window."""
-    parts = getattr(source, "parts", None)  # a stream has no parts, and no window
-    if parts is None:
+    if source is None or isinstance(source, IterableDataset):  # a stream: no parts, and no window
         return None
-    windows = {name: getattr(part, "shuffle_window", None) for name, part in parts()}
-    windows = {name: window for name, window in windows.items() if window is not None}
+    windows = {name: part.shuffle_window for name, part in source.parts() if part.shuffle_window is not None}
     return windows[None] if list(windows) == [None] else windows or None
 
 

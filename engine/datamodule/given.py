@@ -217,8 +217,7 @@ def _tokenized_like_the_others(parts: dict[str, Prepared], raw: list[str]) -> di
     out = dict(parts)
     for name in raw:
         sources = parts[name].sources
-        if all(callable(getattr(source, "without_columns", None)) and "attention_mask" in (row_keys(source) or ())
-               for source in sources.values()):
+        if all("attention_mask" in (row_keys(source) or ()) for source in sources.values()):  # tokenized: Arrow
             out[name] = parts[name]._replace(sources={role: source.without_columns(["attention_mask"])
                                                       for role, source in sources.items()})
     return out
