@@ -14,9 +14,7 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, IterableDataset, Sampler, SequentialSampler
 
-from collators import warm_token_loops
 from collators.default import DefaultCollator
-from collators.text import warm_token_loops_soon
 from engine.collation.handoff import WorkerCollate
 from engine.collation.seeded_collate import SeededCollate
 from engine.core.rng import derive_seed, generator_from, seed_worker
@@ -101,6 +99,8 @@ class DataLoaderFactory:
             source = source.handing_columns()
         check_picklable(source, collate, kwargs)
         if kwargs["num_workers"] and _forks(kwargs):
+            from collators.text import warm_token_loops  # numba, imported where the loops are compiled
+
             warm_token_loops()  # forked workers share the compiled loops instead of each compiling its own
         if batch_sampler is not None:
             return _attach_epoch_handle(_map_loader(source, batch_sampler, config, common))
@@ -244,6 +244,8 @@ def warm_while_listing(data: list[Any], num_workers: int, multiprocessing_contex
     given = [part for item in data for part in (item.values() if isinstance(item, Mapping) else [item])]
     if num_workers and _forks({"multiprocessing_context": multiprocessing_context}) and any(
             map(is_shard_data, given)):
+        from collators.text import warm_token_loops_soon
+
         warm_token_loops_soon()
 
 
