@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from engine.core.checks import check_choice, check_int
@@ -31,6 +31,8 @@ class SkippedRow:
     """The exception's class name, e.g. ``OSError``."""
     message: str
     """The exception's message."""
+    mixed_row: int | None = field(default=None, compare=False)
+    """In a mixture: the row's position in the mixed source, so the served counts leave it out; None elsewhere."""
 
     def __str__(self) -> str:
         return f"{self.split} row {self.index} ({self.error_type}: {self.message})"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 from engine.datamodule.options import check_data_arguments
@@ -20,7 +20,7 @@ from engine.sources.long_rows import LongRows, apply_long_rows, check_rows_left,
 from engine.sources.mixed import MixedSource
 from engine.sources.protocol import Source
 from engine.sources.rows import MapSource
-from engine.sources.splits import SplitPlan, plan_splits, split_views
+from engine.sources.splits import SplitPlan, mixed_plan, plan_splits, split_views
 from engine.sources.streams import EpochStream, check_stream_options, is_hf_stream, peek_rows, stream_fingerprint
 from engine.sources.targets import check_split_targets
 from engine.sources.tokenizing.preprocess import has_raw_text, prepare_source, prepare_stream
@@ -58,8 +58,11 @@ def take_inputs(train_data: Any, *, val_data: Any, test_data: Any, predict_data:
     for role, source in given.items():
         check_inputs(source, task_spec, tokenizer, f"{role}_data", require_target=role != "predict")
     if train_data is not None:  # validates the split arguments now, before any work
-        for _, part in given["train"].parts():
-            plan_splits(len(part), val_split=val_split, test_split=test_split, seed=seed)
+        for name, part in given["train"].parts():  # a mixture's sources each on their own, named in errors
+            with source_named(name, "; val_split and test_split cut each source of a mixture on its own: give a "
+                                    "fraction, or a count below the smallest source's rows") \
+                    if name is not None else contextlib.nullcontext():
+                plan_splits(len(part), val_split=val_split, test_split=test_split, seed=seed)
     return given, stream
 
 
@@ -152,8 +155,12 @@ def _prepare_mixture(given: dict[str, MapSource], task_spec: Any, tokenizer: Any
     mixed = given["train"]
     common = {"task_spec": task_spec, "tokenizer": tokenizer, "seed": seed, "rank": rank, "world_size": world_size,
               "long_rows": long_rows, "cache": cache, "transforms": transforms}
-    parts = {name: prepare_inputs({"train": part}, None, val_split=val_split, test_split=test_split, **common)
-             for name, part in zip(mixed.names, mixed.sources)}
+    parts = {}
+    for name, part in zip(mixed.names, mixed.sources):
+        with source_named(name):
+            parts[name] = prepare_inputs({"train": part}, None, val_split=val_split, test_split=test_split, **common)
+    raw = [name for name, part in zip(mixed.names, mixed.sources) if has_raw_text(part, task_spec)]
+    parts = _tokenized_like_the_others(parts, raw)
     check_same_fields({name: part.sources["train"] for name, part in parts.items()})  # raw text now tokenized
     others = {role: source for role, source in given.items() if role != "train"}
     prepared = prepare_inputs(others, None, val_split=0, test_split=0, **common) if others else None
@@ -165,7 +172,36 @@ def _prepare_mixture(given: dict[str, MapSource], task_spec: Any, tokenizer: Any
     reports = dict(prepared.long_rows) if prepared is not None else {}
     reports.update({f"{role} {name!r}": report for name, part in parts.items()
                     for role, report in part.long_rows.items()})
-    return Prepared(sources, {name: part.fingerprint for name, part in parts.items()}, None, reports)
+    plan = mixed_plan({name: part.plan for name, part in parts.items()})  # a checkpoint's splits are checked too
+    return Prepared(sources, {name: part.fingerprint for name, part in parts.items()}, plan, reports)
+
+
+@contextlib.contextmanager
+def source_named(name: str, fix: str = "") -> Iterator[None]:
+    """A ValueError raised while one source of a mixture is checked or prepared, naming that source (each is
+    prepared as train data on its own, so the error itself says only "the train data"), and ``fix`` after it."""
+    try:
+        yield
+    except ValueError as error:
+        raise ValueError(f"mixture source train_data[{name!r}]: {error}{fix}") from error
+
+
+def _tokenized_like_the_others(parts: dict[str, Prepared], raw: list[str]) -> dict[str, Prepared]:
+    """A mixture's raw-text sources, tokenized, without the ``attention_mask`` the tokenizer added when the
+    pre-tokenized sources have none: a row's mask is all ones before padding, and the collator masks the padding
+    of every row alike, so the batches are the same, and the sources have the same fields."""
+    given = [name for name in parts if name not in raw]
+    if not raw or not given or any("attention_mask" in (row_keys(parts[name].sources["train"]) or ())
+                                   for name in given):
+        return parts
+    out = dict(parts)
+    for name in raw:
+        sources = parts[name].sources
+        if all(callable(getattr(source, "without_columns", None)) and "attention_mask" in (row_keys(source) or ())
+               for source in sources.values()):
+            out[name] = parts[name]._replace(sources={role: source.without_columns(["attention_mask"])
+                                                      for role, source in sources.items()})
+    return out
 
 
 def is_mixture(source: Source) -> bool:

@@ -129,12 +129,17 @@ class UniversalDataModule(CheckpointedModule, lightning().LightningDataModule):
         options.record_configuration(self, options.checkpoint_configuration(settings, NOT_CHECKPOINTED))
         warm_while_listing([train_data, val_data, test_data, predict_data], num_workers, multiprocessing_context)
         self.mixture = as_mixture(mix) if mix is not None else None
-        named = is_named_datasets(train_data, task_spec)
+        named = is_named_datasets(train_data, task_spec, mixed=self.mixture.names if self.mixture else None)
         if named and self.mixture is None:
             raise TypeError(f"train_data={{name: data}} holds several named datasets {sorted(train_data)}; pass "
                             f"mix={{name: weight}} to mix them inside every batch, use MultiDataModule(train_data, "
                             f"...) for a loader per name, or pass one dataset")
         if self.mixture is not None:
+            if shuffle is False:  # the mixture's order is a seeded shuffle: shuffle=False would be recorded, not done
+                raise ValueError("shuffle=False with mix=: a mixture draws its sources in a seeded order (each block's "
+                                 "positions and each source's rows are shuffled), so it cannot serve rows in storage "
+                                 "order; leave shuffle unset with mix=, or pass one dataset without mix= for "
+                                 "storage order")
             if not named:
                 names = ", ".join(f"{name!r}: ..." for name in self.mixture.names)
                 raise TypeError(f"mix= mixes named sources, so train_data should be {{name: data}}, but got "

@@ -234,6 +234,7 @@ class CheckedBatches:
             if type(batch) is WithSkippedRows:
                 if batch.skipped:
                     self._report.add(batch.skipped)
+                    self._leave_out(batch.skipped)
                     self._in_pass.extend(batch.skipped)
                     self._report.check_cap(self._split, len(self._in_pass), self._rows_in_pass, self._in_pass)
                 if batch.reader_counts:  # a worker's shard reads, added to the parent's source
@@ -248,6 +249,13 @@ class CheckedBatches:
             if death is not None:
                 raise RuntimeError(death) from error
             raise
+
+    def _leave_out(self, skipped: list[Any]) -> None:
+        """A mixture's rows left out, taken off its served counts (they count the rows of the batches handed out)."""
+        loader = self._loader()
+        order = getattr(getattr(loader, "batch_sampler", None), "mixture", None)
+        if order is not None:
+            order.meter.leave_out([row.mixed_row for row in skipped if getattr(row, "mixed_row", None) is not None])
 
     def _death(self, error: BaseException) -> str | None:
         """The message naming the split and the likely fix when ``error`` means a worker died, else None. The

@@ -120,6 +120,9 @@ def check_compatible(saved: Mapping[str, Any], current: Mapping[str, Any], *, el
         if key == DATA_FINGERPRINT and isinstance(saved.get(key), Mapping) and isinstance(current.get(key), Mapping):
             check_mixed_sources(saved[key], current[key])
             continue
+        if key == SPLIT_FINGERPRINT and isinstance(saved.get(key), Mapping) and isinstance(current.get(key), Mapping):
+            check_mixed_splits(saved[key], current[key])
+            continue
         if saved.get(key) != current.get(key):
             fix = (f"Resume with {key}={saved.get(key)!r}" if key in LOADER_OPTIONS
                    else "Resume with the same data, seed, splits and number of ranks")
@@ -137,6 +140,16 @@ def check_mixed_sources(saved: Mapping[str, Any], current: Mapping[str, Any]) ->
         raise ValueError(f"the checkpoint's data state does not match this data module: the data of the mixture's "
                          f"source{'s' if len(changed) > 1 else ''} {changed} changed since it was saved (rows "
                          f"changed, reordered, added or removed). Resume with the same data, or start a new run")
+
+
+def check_mixed_splits(saved: Mapping[str, Any], current: Mapping[str, Any]) -> None:
+    """A mixture's train/val/test splits, by source name: one cut otherwise since the state was saved is refused."""
+    changed = sorted(name for name in set(saved) & set(current) if saved[name] != current[name])
+    if changed:
+        raise ValueError(f"the checkpoint's data state does not match this data module: the train/val/test split of "
+                         f"the mixture's source{'s' if len(changed) > 1 else ''} {changed} differs from the one saved "
+                         f"(val_split or test_split changed: each cuts every source on its own), so the train rows "
+                         f"differ. Resume with the val_split and test_split of the saved run, or start a new run")
 
 
 def check_global_batch(saved: Mapping[str, Any], current: Mapping[str, Any], key: str) -> None:

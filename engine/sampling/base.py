@@ -185,6 +185,16 @@ class EpochBatchSampler(Sampler[list[int]]):
         saved = PassState.from_state(state)
         if self.mixture is not None and not self.mixture.check_saved(state.get("mixture")):
             return PassState.at(saved.epoch + 1, 0, saved.offset)  # another mixture goes on from the next epoch
+        anchored = self.mixture.anchor(state.get("mixture")) if self.mixture is not None else None
+        try:  # the mixture plans the saved epoch from where it starts, not every epoch before it
+            return self._checked_position(state, saved)
+        except BaseException:
+            if anchored is not None:
+                self.mixture.unanchor(anchored)
+            raise
+
+    def _checked_position(self, state: dict[str, Any], saved: PassState) -> PassState:
+        """:meth:`check_state` past the seed and the mixture: the ranks, the global batch and the position."""
         replicas = getattr(self, "num_replicas", 1)
         saved_replicas = check_saved_int("sampler state", "num_replicas", state.get("num_replicas", replicas), low=1)
         segments: tuple[elastic.Segment, ...] = ()

@@ -68,15 +68,29 @@ class _LengthAware(EpochBatchSampler):
             chunks.append(chunk[np.argsort(-self.lengths[chunk], kind="stable")])
         return chunks
 
-    def _shuffled(self, batches: list[list[int]], epoch: int, rank: int) -> list[list[int]]:
+    def _window_rows(self, rows: int) -> int:
+        """A window of about ``rows`` rows; under a mixture (an order with blocks of documents), a whole number of
+        its blocks, so each window's rows hold every source at its share (:meth:`_shuffled` keeps windows apart)."""
+        block = getattr(self.order, "block", None)
+        return -(-rows // block) * block if block else rows
+
+    def _windows(self) -> tuple[str, ...]:
+        """A mixture's windows of whole blocks, in the fingerprint: a state saved before them resumed other batches."""
+        return ("windows of whole blocks",) if getattr(self.order, "block", None) else ()
+
+    def _shuffled(self, batches: list[list[int]], epoch: int, rank: int,
+                  runs: list[int] | None = None) -> list[list[int]]:
         """``batches`` in a seeded order: over the whole epoch, or for sharded data (:attr:`order`) within runs of
-        ``mega_batch_factor`` batches, which lie in one stretch of the block order (reads stay local)."""
+        ``mega_batch_factor`` batches, which lie in one stretch of the block order (reads stay local). ``runs``:
+        the batches of each window, shuffled within it (a mixture's windows are served one after the other)."""
         rng = np.random.default_rng(derive_seed(self.seed, "batch-order", epoch, rank))
         if self.order is None:
             return [batches[i] for i in rng.permutation(len(batches))]
-        span = self.mega_batch_factor
-        return [batches[start + i] for start in range(0, len(batches), span)
-                for i in rng.permutation(min(span, len(batches) - start))]
+        if runs is None or getattr(self.order, "block", None) is None:
+            runs = [min(self.mega_batch_factor, len(batches) - start)
+                    for start in range(0, len(batches), self.mega_batch_factor)]
+        starts = np.r_[0, np.cumsum(runs)].astype(int).tolist()
+        return [batches[start + i] for start, run in zip(starts, runs) for i in rng.permutation(run)]
 
     def _fingerprint(self) -> str:
         """Hash of the lengths and options, computed once, so ``state_dict`` stays microseconds per step. The
@@ -209,22 +223,28 @@ class TokenBudgetBatchSampler(_LengthAware):
         return self.mega_batch_factor * min(typical, self.max_batch_size or typical)
 
     def _options(self) -> tuple[Any, ...]:
-        return (*super()._options(), self.max_batch_size, self.pad_to_multiple_of, self.oversized)
+        return (*super()._options(), self.max_batch_size, self.pad_to_multiple_of, self.oversized, *self._windows())
 
-    def _pack(self, rows: np.ndarray, max_tokens: int) -> list[list[int]]:
-        """Greedy packing of each sorted mega-batch: longest first, so a batch's first row sets its width."""
+
+    def _pack(self, rows: np.ndarray, max_tokens: int, runs: list[int] | None = None) -> list[list[int]]:
+        """Greedy packing of each sorted mega-batch: longest first, so a batch's first row sets its width.
+        ``runs``, when given, gets the number of batches of each mega-batch."""
         batches, cap = [], self.max_batch_size or len(self.lengths) or 1
-        for chunk in self._sorted_chunks(rows, self._mega_batch_rows(max_tokens)):
-            costs, start = self.costs[chunk], 0
+        for chunk in self._sorted_chunks(rows, self._window_rows(self._mega_batch_rows(max_tokens))):
+            costs, start, before = self.costs[chunk], 0, len(batches)
             while start < len(chunk):
                 count = min(max(1, max_tokens // int(costs[start])), cap)
                 batches.append(chunk[start : start + count].tolist())
                 start += count
+            if runs is not None:
+                runs.append(len(batches) - before)
         return batches
 
     def batches_of(self, order: np.ndarray, epoch: int, num_replicas: int, rank: int,
                    per_rank_size: int) -> list[list[int]]:
         """``rank``'s batches of ``order`` on ``num_replicas`` ranks with a budget of ``per_rank_size`` tokens."""
-        per_rank = [self._pack(order[r::num_replicas], per_rank_size) for r in range(num_replicas)]
-        mine = self._shuffled(per_rank[rank], epoch, rank)
+        runs: list[int] = []
+        per_rank = [self._pack(order[r::num_replicas], per_rank_size, runs if r == rank else None)
+                    for r in range(num_replicas)]
+        mine = self._shuffled(per_rank[rank], epoch, rank, runs)
         return mine if num_replicas == 1 else equalize_batch_counts(mine, per_rank, self.uneven)

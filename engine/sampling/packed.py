@@ -103,11 +103,13 @@ class PackedBatchSampler(_LengthAware):
         return self.max_tokens
 
     def _options(self) -> tuple[Any, ...]:  # not max_tokens: the base class checks the global budget on resume
-        return (*super()._options(), self.max_length)
+        return (*super()._options(), self.max_length, *self._windows())
 
-    def pack(self, order: np.ndarray, max_tokens: int) -> list[list[int]]:
+    def pack(self, order: np.ndarray, max_tokens: int, runs: list[int] | None = None) -> list[list[int]]:
         """``order``'s rows in bins of at most ``max_tokens`` tokens: best-fit decreasing within windows of about
-        ``mega_batch_factor`` bins' worth of rows, the emptiest bin of each window joining the next one."""
+        ``mega_batch_factor`` bins' worth of rows, the emptiest bin of each window joining the next one. Under a
+        mixture, windows are whole blocks of its documents and keep their bins (no rows join the next window), so
+        every window holds each source at its share. ``runs``, when given, gets the number of bins of each window."""
         over = np.flatnonzero(self.lengths[order] > max_tokens)
         if len(over):  # only after an elastic resume onto more ranks, whose per-rank budget is smaller
             row = int(order[over[0]])
@@ -115,27 +117,35 @@ class PackedBatchSampler(_LengthAware):
                              f"max_tokens={max_tokens} of this resume; resume on fewer ranks (a larger per-rank "
                              f"budget) or split long rows")
         mean = float(self.lengths.mean()) if len(self.lengths) else 1.0
-        window_rows = self.mega_batch_factor * max(1, int(max_tokens // mean))
+        window_rows = self._window_rows(self.mega_batch_factor * max(1, int(max_tokens // mean)))
+        mixed = getattr(self.order, "block", None) is not None
         bins, carried = [], np.empty(0, dtype=np.int64)
         for start in range(0, len(order), window_rows):
             window = np.concatenate([carried, order[start : start + window_rows]])
             packed = best_fit_decreasing(window[np.argsort(-self.lengths[window], kind="stable")], self.lengths,
                                          max_tokens)
-            if start + window_rows < len(order):  # the emptiest bin's rows join the next window instead
+            if start + window_rows < len(order) and not mixed:  # the emptiest bin's rows join the next window
                 emptiest = min(range(len(packed)), key=lambda number: int(self.lengths[packed[number]].sum()))
                 carried = np.asarray(packed.pop(emptiest), dtype=np.int64)
             bins.extend(packed)
+            if runs is not None:
+                runs.append(len(packed))
         return bins
+
+    def _bins(self, order: np.ndarray, max_tokens: int, epoch: int) -> list[list[int]]:
+        """Every rank's bins of ``order``, shuffled alike on every rank (a mixture's: within each window)."""
+        runs: list[int] = []
+        return self._shuffled(self.pack(order, max_tokens, runs), epoch, 0, runs)
 
     def all_bins(self, epoch: int) -> list[list[int]]:
         """Every rank's bins of ``epoch`` together, in their shuffled order (before they are dealt to ranks)."""
-        return self._shuffled(self.pack(self.epoch_order(epoch), self.max_tokens), epoch, 0)
+        return self._bins(self.epoch_order(epoch), self.max_tokens, epoch)
 
     def batches_of(self, order: np.ndarray, epoch: int, num_replicas: int, rank: int,
                    per_rank_size: int) -> list[list[int]]:
         """``rank``'s bins of ``order`` on ``num_replicas`` ranks: all bins packed and shuffled alike on every rank
         (rank 0's stream), then dealt round robin, so every rank gets the same number."""
-        bins = self._shuffled(self.pack(order, per_rank_size), epoch, 0)
+        bins = self._bins(order, per_rank_size, epoch)
         if num_replicas == 1:
             return bins
         mine = deal_to_ranks(np.arange(len(bins)), num_replicas, rank, self.uneven)

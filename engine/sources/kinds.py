@@ -5,7 +5,7 @@ in ``files.py``)."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import numpy as np
@@ -114,7 +114,7 @@ def _value_kind(value: Any) -> str:
 
 
 def read_dict(data: Mapping[str, Any], spec: Any = None, *, what: str = "train_data",
-              ambiguous: str | None = None) -> str:
+              ambiguous: str | None = None, mixed: Collection[str] | None = None) -> str:
     """How a dict given as data is read: :data:`COLUMNS` (one dataset's columns) or :data:`DATASETS`
     (``{name: dataset}``). A ``DatasetDict`` is neither: it holds splits.
 
@@ -124,6 +124,8 @@ def read_dict(data: Mapping[str, Any], spec: Any = None, *, what: str = "train_d
     rows): a dict of only such lists is columns when every key names a column (the spec's fields, or
     :data:`COLUMN_NAMES`) and the lists have equal lengths, named datasets when no key does, and otherwise
     ``ambiguous`` decides (``MultiDataModule`` passes :data:`DATASETS`), else it is refused naming both readings.
+    ``mixed``: the sources a ``mix=`` weighs; a dict of lists of tensors whose keys are exactly those is named
+    datasets, even when its keys are also column names.
 
     Raises:
         ValueError: a dict that mixes columns and datasets, or that reads both ways with no ``ambiguous``.
@@ -143,6 +145,8 @@ def read_dict(data: Mapping[str, Any], spec: Any = None, *, what: str = "train_d
     if columns:
         return COLUMNS
     if datasets:
+        return DATASETS
+    if mixed is not None and set(data) == set(mixed):  # mix= names exactly these keys: sources, not columns
         return DATASETS
     names = set(COLUMN_NAMES)
     if spec is not None and not isinstance(spec, Mapping):
@@ -208,9 +212,11 @@ def unpack_dataset_dict(data: Any, val_data: Any, test_data: Any) -> tuple[Any, 
     )
 
 
-def is_named_datasets(train_data: Any, task_spec: Any = None, *, ambiguous: str | None = None) -> bool:
+def is_named_datasets(train_data: Any, task_spec: Any = None, *, ambiguous: str | None = None,
+                      mixed: Collection[str] | None = None) -> bool:
     """Whether ``train_data`` is ``{name: data}`` (several datasets): not a ``DatasetDict`` of splits, and not one
-    dataset's columns (see :func:`read_dict`; ``ambiguous`` reads a dict that could be either)."""
+    dataset's columns (see :func:`read_dict`; ``ambiguous`` reads a dict that could be either, ``mixed`` names the
+    sources of a ``mix=``)."""
     if not isinstance(train_data, Mapping) or is_hf_dataset_dict(train_data):
         return False
-    return not train_data or read_dict(train_data, task_spec, ambiguous=ambiguous) == DATASETS
+    return not train_data or read_dict(train_data, task_spec, ambiguous=ambiguous, mixed=mixed) == DATASETS

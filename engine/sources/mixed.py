@@ -10,6 +10,7 @@ straight from. Evaluation splits of the sources are mixed sources too, read once
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -180,13 +181,16 @@ class MixedSource(ColumnarSource):
             users_read = batch.indices if batch.indices is not None else positions
             read = iter(zip(batch, positions, users_read))
             pending = next(read, None)
+            left_out = {}
             for place, position in zip(places.tolist(), part):  # rows left out (on_error) are skipped in order
                 if pending is not None and pending[1] == position:
                     rows[place], users[place] = pending[0], pending[2]
                     pending = next(read, None)
                 else:
                     kept[place] = False
-            skipped += batch.skipped or []
+                    left_out[source.user_index(position)] = int(indices[place])
+            skipped += [dataclasses.replace(record, mixed_row=left_out.get(record.index)) if left_out else record
+                        for record in batch.skipped or []]  # the served counts leave these rows out
         out = RowBatch(row for row, keep in zip(rows, kept) if keep)
         out.rng_seed, out.role = getattr(indices, "rng_seed", None), self.role
         out.indices = [user for user, keep in zip(users, kept) if keep]

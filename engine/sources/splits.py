@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,8 +21,8 @@ class SplitPlan:
     train: np.ndarray
     val: np.ndarray
     test: np.ndarray
-    fingerprint: str
-    """Hash of the indices of every split: equal plans have equal fingerprints."""
+    fingerprint: str | dict[str, str]
+    """Hash of the indices of every split: equal plans have equal fingerprints (a mixture's: one per source)."""
 
 
 def split_size(split: float | int, num_rows: int, name: str) -> int:
@@ -67,6 +68,16 @@ def plan_splits(num_rows: int, *, val_split: float | int = 0, test_split: float 
         digest.update(len(part).to_bytes(8, "little"))
         digest.update(part.tobytes())
     return SplitPlan(num_rows, train, val, test, digest.hexdigest())
+
+
+def mixed_plan(plans: Mapping[str, SplitPlan]) -> SplitPlan:
+    """The split plans of a mixture's sources ``{name: plan}`` as one, laid end to end in the order given. Its
+    fingerprint is each source's, by name, so a checkpoint taken with another ``val_split`` or ``test_split`` is
+    refused naming the source, while a source added or left out is the mixture's to accept (``on_change``)."""
+    offsets = np.r_[0, np.cumsum([plan.num_rows for plan in plans.values()])].astype(np.int64)
+    parts = [np.concatenate([getattr(plan, role) + offset for plan, offset in zip(plans.values(), offsets)])
+             if plans else np.zeros(0, dtype=np.int64) for role in ("train", "val", "test")]
+    return SplitPlan(int(offsets[-1]), *parts, {name: plan.fingerprint for name, plan in plans.items()})
 
 
 def split_views(train: Any, plan: SplitPlan, *, val: bool, test: bool) -> dict[str, Any]:

@@ -4,6 +4,7 @@ tensors (:class:`TensorListSource`, one flat buffer). :func:`engine.sources.adap
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from collections.abc import Sequence
 from typing import Any
@@ -65,6 +66,13 @@ class HFSource(ColumnarSource):
     @property
     def column_names(self) -> list[str]:
         return list(self.dataset.column_names)
+
+    def without_columns(self, names: Sequence[str]) -> HFSource:
+        """A copy of this source (its split, role and transform) without the columns ``names``."""
+        source = copy.copy(self)
+        source.dataset = self.dataset.remove_columns(list(names))
+        source._fetchers, source._columnar = [], ArrowBatchFetcher.supports(source.dataset)
+        return source
 
     lengths_from = "Arrow list offsets"
 

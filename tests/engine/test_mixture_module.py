@@ -193,6 +193,31 @@ def test_val_split_cuts_every_source():
     assert counts(val) == {1: 7, 2: 3}
 
 
+def test_a_state_saved_with_another_val_split_is_refused_naming_it():
+    dm = module(val_split=0.1)
+    run(dm, 2)
+    state = dm.state_dict()
+    with pytest.raises(ValueError, match=r"split of the mixture's sources \['code', 'web'\] differs .*val_split or "
+                                         r"test_split changed.*Resume with the val_split and test_split of the saved"):
+        module(val_split=0.2).load_state_dict(state)
+    module(val_split=0.1).load_state_dict(state)  # the same splits resume
+
+
+def test_a_state_saved_with_another_mixture_split_is_refused_but_a_new_source_joins():
+    dm = module(val_split=2)
+    run(dm, 2)
+    state = dm.state_dict()
+    joined = module(Mixture({"web": 1, "code": 1, "books": 1}, on_change="new_epoch"), data=sources(books=20),
+                    val_split=2)
+    joined.load_state_dict(state)  # the splits of the sources both have are compared, by name
+
+
+def test_shuffle_false_with_a_mixture_is_refused_at_construction():
+    with pytest.raises(ValueError, match=r"shuffle=False with mix=: .*leave shuffle unset with mix="):
+        module(shuffle=False)
+    assert module(shuffle=True).train_config.shuffle
+
+
 @pytest.mark.parametrize(("call", "error", "match"), [
     (lambda: UniversalDataModule(sources(), task_spec=SPEC), TypeError, r"pass mix=\{name: weight\}"),
     (lambda: UniversalDataModule(Tagged(1, 5), task_spec=SPEC, mix={"web": 1}), TypeError,
@@ -394,3 +419,88 @@ def test_each_source_s_rows_have_their_own_transform_seeds():
                    train_transform=random_bit, batch_size=8, workers=2)
     assert {(int(ids[0]), int(row)): int(bit) for batch in again.train_dataloader()
             for ids, row, bit in zip(batch["input_ids"], batch["row_id"], batch["bit"])} == bits
+
+
+def test_the_served_counts_leave_out_the_rows_on_error_skipped():
+    def skipping():
+        return module(Mixture({"web": 0.5, "code": 0.5}, by="tokens"),
+                      data={"web": Tagged(1, 20), "code": Broken(2, 20)}, on_error="skip", batch_size=8)
+
+    dm = skipping()
+    rows = [row for batch in dm.train_dataloader() for row in served(batch)]
+    code = [row for tag, row in rows if tag == 2]
+    expected = [len(code), sum(2 + row % 5 for row in code)]
+    assert 3 not in code
+    assert dm.state_dict()["train_loader"]["_index_sampler_state"]["mixture"]["served"]["code"] == expected
+    numbers = dm.report().numbers["mixture"]["sources"]["code"]
+    assert [numbers["rows"], numbers["tokens"]] == expected  # the row left out was counted as served
+    resumed = skipping()
+    resumed.load_state_dict(dm.state_dict())
+    assert resumed.report().numbers["mixture"]["sources"]["code"]["rows"] == expected[0]  # carried by a checkpoint
+
+
+def test_errors_of_one_source_name_it():
+    web = [torch.tensor([1, 1])] * 20
+    empty = [torch.tensor([2, 2]), torch.zeros(0, dtype=torch.long), torch.tensor([2])]
+    dm = module({"web": 1, "code": 1}, data={"web": web, "code": empty})
+    with pytest.raises(ValueError, match=r"mixture source train_data\['code'\]: 'input_ids' should hold at least one "
+                                         r"token in every row, but row 1"):
+        dm.setup()
+    with pytest.raises(ValueError, match=r"mixture source train_data\['code'\]: val_split=25 rows is out of range for "
+                                         r"20 rows.*cut each source of a mixture on its own"):
+        module({"web": 1, "code": 1}, data={"web": Tagged(1, 40), "code": Tagged(2, 20)}, val_split=25)
+
+
+def test_sources_named_like_columns_are_sources_when_mix_weighs_those_names():
+    ids = [torch.full((3,), 1) for _ in range(20)]
+    labels = [torch.full((5,), 2) for _ in range(20)]
+    dm = UniversalDataModule({"input_ids": ids, "labels": labels}, task_spec=SPEC, mix={"input_ids": 1, "labels": 1},
+                             batch_size=4)
+    batches = list(dm.train_dataloader())
+    assert len(batches) == 10 and all(sorted(batch["input_ids"][:, 0].tolist()) == [1, 1, 2, 2] for batch in batches)
+
+
+@pytest.mark.parametrize("kind", ["dataset", "tensors"])
+def test_a_raw_text_source_mixes_with_a_pre_tokenized_one(tokenizer, kind):
+    words = ["alpha", "beta", "gamma", "delta"]
+    raw = datasets.Dataset.from_dict({"text": [" ".join(words[: 1 + i % 4]) for i in range(40)]})
+    rows = [[5, 6, 7, 8][: 2 + i % 3] for i in range(40)]
+    ids = datasets.Dataset.from_dict({"input_ids": rows}) if kind == "dataset" else [torch.tensor(r) for r in rows]
+    dm = UniversalDataModule({"raw": raw, "ids": ids}, task_spec=TaskSpec.lm_tiny(), tokenizer=tokenizer,
+                             mix={"raw": 1, "ids": 1}, batch_size=8)
+    alone = UniversalDataModule(raw, task_spec=TaskSpec.lm_tiny(), tokenizer=tokenizer, batch_size=40, shuffle=False)
+    texts = {tuple(row[mask.bool()].tolist()) for batch in alone.train_dataloader()
+             for row, mask in zip(batch["input_ids"], batch["attention_mask"])}
+    served = [tuple(row[mask.bool()].tolist()) for batch in dm.train_dataloader()
+              for row, mask in zip(batch["input_ids"], batch["attention_mask"])]
+    assert len(served) == 80 and sum(row in texts for row in served) == 40  # the raw rows tokenized, masks alike
+
+
+def test_resuming_plans_the_same_epochs_whatever_the_epoch_number(monkeypatch):
+    import engine.sampling.mixtures.order as order_module
+
+    walk = order_module.walk
+
+    def resumed_walks(epochs):
+        """The epochs planned to resume after ``epochs`` whole epochs and a batch, and the resumed summary."""
+        dm = module({"web": 0.7, "code": 0.3}, data=sources(web=40, code=30))
+        loader = dm.train_dataloader()
+        for _ in range(epochs):
+            list(loader)
+        batches = iter(loader)
+        next(batches)
+        state, expected = dm.state_dict(), next(batches)
+        walked = []
+        monkeypatch.setattr(order_module, "walk", lambda *args: walked.append(args[1]) or walk(*args))
+        resumed = module({"web": 0.7, "code": 0.3}, data=sources(web=40, code=30))
+        resumed.load_state_dict(state)
+        again = next(iter(resumed.train_dataloader()))
+        monkeypatch.setattr(order_module, "walk", walk)
+        assert served(again) == served(expected)
+        sampler = resumed.train_dataloader().batch_sampler
+        return walked, sampler.mixture.summary(sampler)
+
+    early, _ = resumed_walks(1)
+    late, summary = resumed_walks(12)
+    assert (early, late) == ([0, 1], [0, 12])  # epoch 0 sizes the sampler; was all 13 epochs up to 12
+    assert abs(summary["sources"]["code"]["target_share"] - 0.3) < 0.01  # the summary still counts every epoch

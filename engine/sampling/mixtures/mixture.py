@@ -158,9 +158,12 @@ class Mixture:
         def rounded(values: Any) -> dict[str, float]:  # weights normalized again on rebuilding differ in last bits
             return {name: round(float(value), 12) for name, value in zip(self.names, values)}
 
-        return {"weights": rounded(self.weights.values()), "by": self.by, "exhaust": dict(self.exhaust),
-                "schedule": [[step, rounded(weights), ramp] for step, weights, ramp in self.points],
-                "samples_per_epoch": self.samples_per_epoch}
+        described = {"weights": rounded(self.weights.values()), "by": self.by, "exhaust": dict(self.exhaust),
+                     "schedule": [[step, rounded(weights), ramp] for step, weights, ramp in self.points],
+                     "samples_per_epoch": self.samples_per_epoch}
+        if self.by == "tokens" and self.points:  # a checkpoint of the earlier rule (shares of the whole run) differs
+            described["blocks"] = "each at its step's weights"
+        return described
 
     def fingerprint(self) -> str:
         """A short hash of :meth:`describe`: equal mixtures, equal fingerprints."""

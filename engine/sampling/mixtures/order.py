@@ -64,17 +64,60 @@ class MixtureOrder:
         """Per epoch whose plan was let go: the rows its weights asked for over the whole epoch, for the summary."""
         self._orders: dict[int, np.ndarray] = {}
         self.meter = ServedMeter(self)
-        self._origin = (0, 0)
-        """(epoch, step) this mixture's epochs start from: (0, 0), or where a checkpoint of another mixture
-        handed over (``on_change='new_epoch'``)."""
+        self._origin: tuple[int, int, tuple[int, ...] | None] = (0, 0, None)
+        """(epoch, step, each source's first draw) this mixture's epochs start from: (0, 0, None: fresh), where a
+        checkpoint of another mixture handed over (``on_change='new_epoch'``), or the start of a loaded state's
+        epoch (:meth:`anchor`: a resume plans its own epoch only, whatever its number)."""
         self._expected_before = np.zeros(len(self.sizes))
-        """Rows counted as on target before the origin: what another mixture served."""
+        """Rows counted as on target before the origin: what another mixture served, or the epochs before."""
+        self._start: dict[str, Any] | None = None
+        """The ``epoch_start`` of the latest state saved (see :meth:`saved`)."""
 
     def saved(self, sampler: Any) -> dict[str, Any]:
-        """What a sampler's state holds of the mixture: its declaration and the rows and tokens served so far."""
+        """What a sampler's state holds of the mixture: its declaration, the rows and tokens served so far, and
+        where the current epoch starts (so a resume plans that epoch only, see :meth:`anchor`)."""
         served = self.meter.served(sampler)
+        epoch = sampler._pass.epoch
+        if self._start is None or self._start["epoch"] != epoch:  # once an epoch: a state is saved every few steps
+            plan = self.plan(epoch)
+            self._start = {"epoch": int(epoch), "step": int(plan.start_step),
+                           "starts": [int(one) for one in plan.starts],
+                           "expected": [float(one) for one in self._expected_rows(epoch, 0)]}
+        start = {**self._start, "starts": list(self._start["starts"]), "expected": list(self._start["expected"])}
         return {"declared": self.mixture.describe(), "names": list(self.mixture.names), "step": self.step(sampler),
-                "served": {name: [int(served[0, s]), int(served[1, s])] for s, name in enumerate(self.mixture.names)}}
+                "served": {name: [int(served[0, s]), int(served[1, s])] for s, name in enumerate(self.mixture.names)},
+                "epoch_start": start}
+
+    def anchor(self, saved: Any) -> Any:
+        """Start this mixture's epochs where a loaded state's epoch starts (its ``epoch_start``), so resuming at
+        epoch ``E`` plans epoch ``E`` alone, not every epoch before it. Returns what :meth:`unanchor` puts back
+        (the state may yet be refused); None for a state without it (saved before: planned from the start)."""
+        start = saved.get("epoch_start") if isinstance(saved, dict) else None
+        if start is None:
+            return None
+        sources = len(self.sizes)
+        if not isinstance(start, dict) or not all(
+                _is_count(start.get(key)) for key in ("epoch", "step")) or not isinstance(start.get("starts"), list) \
+                or len(start["starts"]) != sources or not all(_is_count(one) for one in start["starts"]) \
+                or not isinstance(start.get("expected"), list) or len(start["expected"]) != sources or not all(
+                    isinstance(one, (int, float)) and not isinstance(one, bool) and np.isfinite(one) and one >= 0
+                    for one in start["expected"]):
+            raise ValueError(f"sampler state's mixture epoch_start should be {{'epoch', 'step': integers >= 0, "
+                             f"'starts': {sources} integers >= 0, 'expected': {sources} numbers >= 0}}, but got "
+                             f"{start!r}; the state was not saved by this engine")
+        if start["epoch"] < self._origin[0]:
+            return None
+        undo = (self._origin, self._expected_before, self._plans, self._orders, self._epoch_expected)
+        self._origin = (start["epoch"], start["step"], tuple(start["starts"]))
+        self._expected_before = np.asarray(start["expected"], dtype=np.float64)
+        self._plans, self._orders, self._epoch_expected, self._start = {}, {}, {}, None
+        return undo
+
+    def unanchor(self, undo: Any) -> None:
+        """Put back what :meth:`anchor` replaced (the state it anchored on was refused)."""
+        if undo is not None:
+            self._origin, self._expected_before, self._plans, self._orders, self._epoch_expected = undo
+            self._start = None
 
     def step(self, sampler: Any) -> int:
         """The training step at the sampler's position, counted in blocks (exact under plain and grouped
@@ -160,8 +203,8 @@ class MixtureOrder:
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise ValueError(f"sampler state's mixture step should be an integer >= 0, but got {step!r}; the state "
                              f"was not saved by this engine")
-        self._origin = (epoch, step)
-        self._plans, self._orders, self._epoch_expected = {}, {}, {}
+        self._origin = (epoch, step, None)
+        self._plans, self._orders, self._epoch_expected, self._start = {}, {}, {}, None
         self._expected_before = self._served_of(saved)[0].astype(np.float64)
 
     @property
@@ -210,10 +253,11 @@ class MixtureOrder:
 
     def plan(self, epoch: int) -> EpochPlan:
         """The counts of ``epoch`` (and of every epoch before it: each starts where the last ended)."""
-        origin_epoch, origin_step = self._origin if epoch >= self._origin[0] else (0, 0)
+        origin_epoch, origin_step, origin_starts = self._origin if epoch >= self._origin[0] else (0, 0, None)
         first = max((known for known in self._plans if origin_epoch <= known <= epoch), default=origin_epoch - 1)
         for number in range(first + 1, epoch + 1):
-            start_step, starts = (origin_step, (0,) * len(self.sizes)) if number == origin_epoch else (0, ())
+            start_step, starts = (origin_step, origin_starts or (0,) * len(self.sizes)) if number == origin_epoch \
+                else (0, ())
             if number > origin_epoch:
                 before = self._plans[number - 1]
                 start_step = before.start_step + len(before.counts)
@@ -230,6 +274,10 @@ class MixtureOrder:
         return [Draws(self.seed, name, int(size), start, None if self.mixture.passes(name) is None else epoch,
                        self.lengths[index] if self.lengths is not None else None, self.within[index])
                 for index, (name, size, start) in enumerate(zip(self.mixture.names, self.sizes, starts))]
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _expected(plan: EpochPlan, blocks: int | None) -> np.ndarray:

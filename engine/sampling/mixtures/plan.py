@@ -112,6 +112,7 @@ def walk(order: Any, epoch: int, start_step: int, starts: tuple[int, ...]) -> Ep
         return _merged_by_tokens(order, epoch, start_step, starts, caps, limit)
     draws = order._new_draws(epoch, starts)
     targets, served, token_served = [0.0] * sources, [0] * sources, [0] * sources
+    token_targets = [0.0] * sources  # by tokens: each block's tokens times the weights of its step, summed
     counts, tokens, used, total, step = [], [], [], 0, start_step  # chunks of [blocks, sources]
     cached_step, weights = None, None
     last_change = mixture.points[-1][0] if mixture.points else 0
@@ -142,11 +143,11 @@ def walk(order: Any, epoch: int, start_step: int, starts: tuple[int, ...]) -> Ep
             step += len(stretch)
             continue
         if by_tokens:
-            want = _token_wants(order, weights, token_served, size)
+            block = _token_block(draws, weights, token_targets, token_served, size, room)
         else:
             targets = [target + weight * size for target, weight in zip(targets, weights)]
             want = [target - count for target, count in zip(targets, served)]
-        block = _apportion(want, weights, size, room)
+            block = _apportion(want, weights, size, room)
         if not any(block):
             break
         block_tokens = [one.take(count) for one, count in zip(draws, block)]
@@ -155,6 +156,7 @@ def walk(order: Any, epoch: int, start_step: int, starts: tuple[int, ...]) -> Ep
         tokens.append([block_tokens])
         served = [count + taken for count, taken in zip(served, block)]
         token_served = [count + taken for count, taken in zip(token_served, block_tokens)]
+        token_targets = [target + weight * sum(block_tokens) for target, weight in zip(token_targets, weights)]
         total += sum(block)
         step += 1
         if sum(block) < size or any(r != math.inf and taken >= r for r, taken in zip(room, block)):
@@ -254,12 +256,31 @@ def _stretch(order: Any, weights: list[float], targets: list[float], served: lis
     keep = int(np.argmin(within)) if not within.all() else len(counts)
     return counts[:keep] if keep >= 1 else None
 
-def _token_wants(order: Any, weights: list[float], served: list[int], size: int) -> list[float]:
-    """Rows of each source that bring its token count to its share after a block of ``size`` rows."""
-    per_row = 1.0 / sum(weight / mean for weight, mean in zip(weights, order.means))  # tokens a mixed row
-    total = sum(served) + size * per_row
-    return [(weight * total - count) / mean for weight, count, mean in zip(weights, served, order.means)]
-
+def _token_block(draws: list[Draws], weights: list[float], targets: list[float], served: list[int], size: int,
+                 room: list[float]) -> list[int]:
+    """Rows of each source in a block of ``size`` rows drawn by tokens at ``weights``: the sources' next draws
+    merged in the order in which they fall due, as at constant weights, counting from each source's tokens
+    beyond its target so far (the targets add each block's tokens at the weights of its own step). A draw is due
+    when the block's token count reaches (the source's tokens beyond its target, plus its tokens in the block
+    before the draw, plus half its own) over its weight; a source of weight 0 is drawn only when the others ran
+    out. Not the weights times all the tokens so far: after a switch, that starves a source until its share of
+    the whole run catches up with its new weight."""
+    keys, taken = [], []
+    for index, (one, weight) in enumerate(zip(draws, weights)):
+        count = int(min(size, room[index]))
+        if count <= 0:
+            taken.append(0)
+            continue
+        one._ensure(one.taken + count)  # the running tokens of the next draws: before each, and after it
+        running = one._running[one.taken:one.taken + count + 1]
+        due = (running[:-1] + running[1:]) * 0.5 + float(served[index] - targets[index] - running[0])
+        keys.append(due / weight if weight > 0 else np.full(count, np.inf))
+        taken.append(count)
+    if not keys:
+        return [0] * len(draws)
+    labels = np.repeat(np.arange(len(draws)), taken)
+    merged = labels[np.argsort(np.concatenate(keys), kind="stable")[:size]]
+    return np.bincount(merged, minlength=len(draws)).tolist()
 
 
 def _joined(chunks: list[Any], sources: int, dtype: type) -> np.ndarray:

@@ -20,6 +20,8 @@ class ServedMeter:
         self.base = np.zeros((2, len(order.sizes)), dtype=np.int64)
         self.base_point: tuple[int, tuple[tuple[int, int], ...], int] = (0, (), 0)
         self._running: dict[tuple[object, ...], np.ndarray] = {}
+        self.left_out = np.zeros((2, len(order.sizes)), dtype=np.int64)
+        """``[rows, tokens] x sources`` the loader left out (``on_error``) since the base: not served."""
 
     def served(self, sampler: Any) -> np.ndarray:
         """``[rows, tokens] x sources`` served up to the sampler's position (epochs are taken to run in turn)."""
@@ -30,17 +32,27 @@ class ServedMeter:
             return self.base.copy()
         first = self._totals(sampler, base_epoch, base_segments)
         if epoch == base_epoch and segments == base_segments:
-            return self.base + first[min(position, len(first) - 1)] - first[min(base_position, len(first) - 1)]
-        served = self.base + first[-1] - first[min(base_position, len(first) - 1)]
+            return self.base + first[min(position, len(first) - 1)] - first[min(base_position, len(first) - 1)] \
+                - self.left_out
+        served = self.base + first[-1] - first[min(base_position, len(first) - 1)] - self.left_out
         for between in range(base_epoch + 1, epoch):
             served = served + self._totals(sampler, between, ())[-1]
         now = self._totals(sampler, epoch, segments)
         return served + now[min(position, len(now) - 1)]
 
+    def leave_out(self, rows: list[int]) -> None:
+        """Rows of the mixed source that the loader left out of their batches (``on_error``), not to be counted."""
+        if not rows:
+            return
+        rows_array = np.asarray(rows, dtype=np.int64)
+        self.left_out += self._tally(rows_array, np.zeros(len(rows_array), dtype=np.int64), 1)[0]
+
     def rebase(self, sampler: Any, served: np.ndarray) -> None:
-        """Count on from ``served`` (a loaded state's totals) at the sampler's loaded position."""
+        """Count on from ``served`` (a loaded state's totals, rows left out already taken off) at the sampler's
+        loaded position."""
         state = sampler._pass
         self.base, self.base_point = np.asarray(served, dtype=np.int64), (state.epoch, state.served, state.position)
+        self.left_out = np.zeros_like(self.base)
 
     def _totals(self, sampler: Any, epoch: int, segments: tuple[tuple[int, int], ...]) -> np.ndarray:
         """``[steps + 1, 2, sources]``: served after each step of ``epoch`` on the sampler's ranks (all of them),

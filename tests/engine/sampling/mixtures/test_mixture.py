@@ -163,3 +163,51 @@ def test_an_order_keeps_two_epochs_plans_and_the_summary_still_counts_every_epoc
     asked = asked + (partial.weights[:3] * partial.counts[:3].sum(axis=1, keepdims=True)).sum(axis=0)
     np.testing.assert_allclose(order._expected_rows(5, 3), asked)
     assert order.plan(1).counts.tolist() == MixtureOrder(mixture, [40, 30], block=10, seed=2).plan(1).counts.tolist()
+
+
+def token_drift(order: MixtureOrder, epoch: int = 0) -> np.ndarray:
+    """``[blocks, sources]``: each source's tokens served minus its target at every block boundary, where the
+    target sums each block's tokens times the weights of that block's own step."""
+    plan = order.plan(epoch)
+    target = np.cumsum(plan.weights * plan.tokens.sum(axis=1, keepdims=True), axis=0)
+    return np.cumsum(plan.tokens, axis=0) - target
+
+
+def test_by_tokens_a_switch_serves_every_source_at_the_new_weights_from_its_step():
+    rng = np.random.default_rng(0)
+    lengths = [rng.integers(4, 9, 5000), rng.integers(10, 17, 5000)]
+    mixture = Mixture({"web": 0.8, "code": 0.2}, by="tokens", schedule=[(20, {"web": 0.2, "code": 0.8})],
+                      samples_per_epoch=600)
+    plan = MixtureOrder(mixture, [5000, 5000], block=10, seed=0, lengths=lengths).plan(0)
+    web_share = plan.tokens[20:40, 0].sum() / plan.tokens[20:40].sum()
+    assert abs(web_share - 0.2) < 0.02  # was 0.0: web was starved until its share of the whole run fell to 20%
+    assert (plan.counts[20:, 0] > 0).all()  # every block after the switch holds web rows
+    assert np.abs(token_drift(MixtureOrder(mixture, [5000, 5000], block=10, seed=0, lengths=lengths))).max() <= 16
+
+
+@settings(max_examples=60, deadline=None)
+@given(weights=st.lists(st.integers(0, 20), min_size=2, max_size=4), later=st.lists(st.integers(0, 20), min_size=4,
+       max_size=4), step=st.integers(1, 30), ramp=st.sampled_from(["step", "linear", None]),
+       block=st.integers(1, 48), longest=st.lists(st.integers(1, 300), min_size=4, max_size=4),
+       seed=st.integers(0, 2**31 - 1))
+def test_by_tokens_every_block_is_drawn_at_its_own_weights_within_the_longest_row(weights, later, step, ramp, block,
+                                                                                   longest, seed):
+    names = [f"s{i}" for i in range(len(weights))]
+    weights = [weight if any(weights) else 1 for weight in weights]
+    later = [weight if any(later[:len(names)]) else 1 for weight in later[:len(names)]]
+    schedule = [] if ramp is None else [(step, dict(zip(names, later)), ramp)]
+    rng = np.random.default_rng(seed)
+    lengths = [rng.integers(1, top + 1, 200) for top in longest[:len(names)]]
+    mixture = Mixture(dict(zip(names, weights)), by="tokens", schedule=schedule, samples_per_epoch=block * 40)
+    order = MixtureOrder(mixture, [200] * len(names), block=block, seed=seed, lengths=lengths)
+    assert (order.plan(0).counts.sum(axis=1) == block).all()
+    assert np.abs(token_drift(order)).max() <= max(longest[:len(names)])  # the documented bound
+
+
+def test_a_by_tokens_schedule_checkpoint_of_the_earlier_rule_is_refused():
+    mixture = Mixture({"a": 1, "b": 1}, by="tokens", schedule=[(4, {"a": 1, "b": 3})])
+    order = MixtureOrder(mixture, [50, 50], block=4, seed=0, lengths=[np.ones(50), np.ones(50)])
+    earlier = {key: value for key, value in mixture.describe().items() if key != "blocks"}
+    with pytest.raises(ValueError, match=r"blocks: saved None, now \"each at its step's weights\""):
+        order.check_saved({"declared": earlier, "names": ["a", "b"], "served": {"a": [0, 0], "b": [0, 0]}})
+    assert "blocks" not in Mixture({"a": 1, "b": 1}, by="tokens").describe()  # constant weights: the same rule
