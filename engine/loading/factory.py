@@ -99,8 +99,6 @@ class DataLoaderFactory:
             source = source.handing_columns()
         check_picklable(source, collate, kwargs)
         if kwargs["num_workers"] and _forks(kwargs):
-            from collators.text import warm_token_loops  # numba, imported where the loops are compiled
-
             warm_token_loops()  # forked workers share the compiled loops instead of each compiling its own
         if batch_sampler is not None:
             return _attach_epoch_handle(_map_loader(source, batch_sampler, config, common))
@@ -244,9 +242,21 @@ def warm_while_listing(data: list[Any], num_workers: int, multiprocessing_contex
     given = [part for item in data for part in (item.values() if isinstance(item, Mapping) else [item])]
     if num_workers and _forks({"multiprocessing_context": multiprocessing_context}) and any(
             map(is_shard_data, given)):
-        from collators.text import warm_token_loops_soon
-
         warm_token_loops_soon()
+
+
+def warm_token_loops() -> None:
+    """:func:`collators.text.warm_token_loops`; the text collator's module (and numba) is imported when called."""
+    from collators.text import warm_token_loops as warm
+
+    warm()
+
+
+def warm_token_loops_soon() -> None:
+    """:func:`collators.text.warm_token_loops_soon`; the text collator's module is imported when called."""
+    from collators.text import warm_token_loops_soon as warm_soon
+
+    warm_soon()
 
 
 def _forks(kwargs: dict[str, Any]) -> bool:
