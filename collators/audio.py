@@ -66,9 +66,9 @@ class AudioCollator:
             carry a label in every row; the registry's factory sets it for a supervised spec.
 
     Raises:
-        ValueError: Bad options, a sampling-rate mismatch, waveforms of different ranks/channel counts, samples that
-            are NaN, infinite or far outside [-1, 1], labels outside the classes or not finite, or a training or
-            validation row without its label.
+        ValueError: Bad options, a sampling-rate mismatch, an empty waveform, waveforms of different ranks/channel
+            counts, samples that are NaN, infinite or far outside [-1, 1], labels outside the classes or not finite,
+            or a training or validation row without its label.
         TypeError: A waveform that is not a float tensor, array or list.
 
     Example:
@@ -125,15 +125,25 @@ class AudioCollator:
         self.max_length, self.pad_to_multiple_of = max_length, pad_to_multiple_of
         self.features, self.n_mels, self.n_fft, self.hop_length = features, n_mels, n_fft, hop_length
         self.num_classes, self.require_targets = num_classes, bool(require_targets)
-        self._transform: Callable[[torch.Tensor], torch.Tensor] | None = None
-        if features in FEATURES:
+        self._transform = self._make_transform()
+
+    def _make_transform(self) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        if self.features in FEATURES:
             mel = torchaudio.transforms.MelSpectrogram(
-                sample_rate=sample_rate, n_fft=n_fft, hop_length=hop_length, n_mels=n_mels
+                sample_rate=self.sample_rate, n_fft=self.n_fft, hop_length=self.hop_length, n_mels=self.n_mels
             )
-            self._transform = torch.nn.Sequential(mel, torchaudio.transforms.AmplitudeToDB()) \
-                if features == "log_mel" else mel
-        elif callable(features):
-            self._transform = features
+            return torch.nn.Sequential(mel, torchaudio.transforms.AmplitudeToDB()) \
+                if self.features == "log_mel" else mel
+        return self.features if callable(self.features) else None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The options only: a named feature transform is made again on unpickling, so pickling with torch's
+        reductions (a spawn or forkserver worker) never moves this process's filter banks to shared memory."""
+        return {key: value for key, value in self.__dict__.items() if key != "_transform"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._transform = self._make_transform()
 
     def __call__(self, rows: Sequence[Any], generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
         """Collate ``rows``; ``generator`` is accepted for the collator contract and unused (nothing is random)."""
@@ -145,6 +155,7 @@ class AudioCollator:
             waves.append(wave)
             labels.append(label)
         check_targets_present(labels, rows, str(self.target_field), self.require_targets)
+        self._check_not_empty(waves, rows)
         first = waves[0].shape
         for index, wave in enumerate(waves):
             if wave.ndim != len(first) or wave.shape[:-1] != first[:-1]:
@@ -180,6 +191,17 @@ class AudioCollator:
             batch[str(self.target_field)] = collate_labels(labels, key=str(self.target_field),
                                                            num_classes=self.num_classes, rows=rows)
         return add_extra_keys(batch, rows, {self.input_field, str(self.target_field), "sampling_rate"})
+
+    def _check_not_empty(self, waves: list[torch.Tensor], rows: Sequence[Any]) -> None:
+        """Refuse a waveform of no samples: padded, it would be a row of padding only, with a mel frame (the STFT
+        centres one on the padding) and ``feature_lengths`` 1, trained on as if it were sound."""
+        for position, wave in enumerate(waves):
+            if wave.shape[-1] == 0:
+                key = self.input_field
+                raise ValueError(f"{row_name(rows, position)}: {key!r} should hold at least one sample, but got {key} "
+                                 f"of shape {tuple(wave.shape)} (an empty waveform: a file that decodes to no "
+                                 f"audio); drop that row (dataset.filter(lambda row: len(row[{key!r}]) > 0)) or fix "
+                                 f"its file")
 
     def _check_samples(self, values: torch.Tensor, mask: torch.Tensor, rows: Sequence[Any]) -> None:
         """Refuse samples that are not finite or lie far outside [-1, 1]: one max over the padded batch (NaN

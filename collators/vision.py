@@ -28,6 +28,7 @@ from collators.images import (
     stats,
     to_chw,
 )
+from collators.targets import row_name
 from task_spec import TaskSpec
 
 __all__ = ["NORMALIZATION_PRESETS", "VisionCollator", "create_vision_collator", "normalize_batch"]
@@ -62,11 +63,14 @@ class VisionCollator:
         num_classes: Int labels must lie in ``[0, num_classes)`` (or be -100, ignored); None skips the check.
         require_targets: A batch of the train, val or test split (the engine's batches say which, ``rows.role``) must
             carry a label in every row; the registry's factory sets it for a supervised spec.
+        image_size: ``(H, W)`` or ``(C, H, W)`` (an int: square) that the images of a validation, test or prediction
+            batch must have (the engine's batches say which split); the factory reads the spec's. None: no check.
 
     Raises:
         ValueError: Unknown preset, bad mean/std, images of different shapes, a channel/stat mismatch, float
             images far outside [0, 1] (0..255 floats, or normalized already), labels outside the classes, float
-            labels that are NaN or infinite, or a training, validation or test row without its label.
+            labels that are NaN or infinite, a training, validation or test row without its label, or evaluation
+            images of another size than ``image_size``.
         TypeError: An image of an unsupported type or dtype.
 
     Example:
@@ -89,7 +93,9 @@ class VisionCollator:
         keep_uint8: bool = False,
         num_classes: int | None = None,
         require_targets: bool = False,
+        image_size: int | Sequence[int] | None = None,
     ) -> None:
+        self.image_size = check_image_size(image_size)
         if require_targets and target_field is None:
             raise ValueError("require_targets=True needs the key of the label, but got target_field=None; pass "
                              "target_field=... or require_targets=False")
@@ -117,10 +123,24 @@ class VisionCollator:
         self.normalize, self.normalization = bool(normalize), normalization
         self.input_field, self.target_field, self.require_targets = input_field, target_field, bool(require_targets)
         self.grayscale_to_rgb, self.keep_uint8 = bool(grayscale_to_rgb), bool(keep_uint8)
+        self._make_statistics()
+
+    def _make_statistics(self) -> None:
         # torchvision's normalize makes these from the lists on every call: [C, 1, 1] float32, made once here
         self._mean_tensor = torch.tensor(self.mean, dtype=torch.float32).view(-1, 1, 1)
         self._std_tensor = torch.tensor(self.std, dtype=torch.float32).view(-1, 1, 1)
         self._statistics = self._mean_tensor.flatten().numpy(), self._std_tensor.flatten().numpy()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The options only: the statistics are made again from ``mean`` and ``std`` on unpickling. Pickled with
+        torch's reductions (as a spawn or forkserver worker receives it), a tensor is moved to shared memory, which
+        would leave the numpy views in ``_statistics`` pointing at freed memory in this process too."""
+        return {key: value for key, value in self.__dict__.items()
+                if key not in ("_mean_tensor", "_std_tensor", "_statistics")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._make_statistics()
 
     def __call__(self, rows: Sequence[Any], generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
         """Collate ``rows``; ``generator`` is accepted for the collator contract and unused (nothing is random)."""
@@ -135,11 +155,29 @@ class VisionCollator:
         else:
             self._check_channels(tuple(stacked.shape[1:]))
             floats = [] if stacked.dtype == torch.uint8 else list(range(len(images)))
+        self._check_eval_size(stacked, rows)
         batch = {self.input_field: stacked if self.keep_uint8 else self._scaled(stacked, floats)}
         if any(label is not MISSING for label in labels):
             batch[str(self.target_field)] = collate_labels(labels, key=str(self.target_field),
                                                            num_classes=self.num_classes, rows=rows)
         return add_extra_keys(batch, rows, {self.input_field, str(self.target_field)})
+
+    def _check_eval_size(self, stacked: torch.Tensor, rows: Sequence[Any]) -> None:
+        """Refuse a validation, test or prediction batch whose images are not ``image_size``: the model trains on
+        that size (a train transform crops to it), and evaluating other sizes would measure something else."""
+        role = getattr(rows, "role", None)
+        size = self.image_size
+        if size is None or role not in EVAL_ROLES or tuple(stacked.shape[-len(size):]) == size:
+            return
+        height, width = size[-2:]
+        key = self.input_field
+        raise ValueError(
+            f"{row_name(rows, 0)}: {key!r} should have the spec's image_size={list(size)} (the size the model trains "
+            f"on), but got {key} of shape {list(stacked.shape[1:])} in a {role} batch; add eval_transform="
+            f"v2.Compose([v2.Resize({min(height, width)}), v2.CenterCrop(({height}, {width}))]) "
+            f"(torchvision.transforms.v2) so the {role} images have that size, or correct "
+            f"additional_config['image_size']"
+        )
 
     def _scaled(self, stacked: torch.Tensor, floats: list[int]) -> torch.Tensor:
         """The stacked batch as float32 in [0, 1], normalized when asked: a uint8 batch in one compiled pass, others
@@ -253,21 +291,39 @@ class VisionCollator:
             f"VisionCollator(normalize={self.normalize}, {stats}mean={self.mean}, std={self.std}, "
             f"input_field={self.input_field!r}, target_field={self.target_field!r}, "
             f"grayscale_to_rgb={self.grayscale_to_rgb}, keep_uint8={self.keep_uint8}, num_classes={self.num_classes}, "
-            f"require_targets={self.require_targets})"
+            f"require_targets={self.require_targets}, image_size={self.image_size})"
         )
+
+
+EVAL_ROLES = ("val", "test", "predict")
+"""The splits whose batches must have the spec's ``image_size``."""
+
+
+def check_image_size(size: Any) -> tuple[int, ...] | None:
+    """``image_size`` as a tuple: ``(H, W)`` or ``(C, H, W)`` (an int ``s`` is ``(s, s)``); None stays None."""
+    if size is None:
+        return None
+    if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+        return (size, size)
+    if isinstance(size, (list, tuple)) and len(size) in (2, 3) and all(
+            isinstance(side, int) and not isinstance(side, bool) and side > 0 for side in size):
+        return tuple(size)
+    raise ValueError(f"image_size should be a positive int, [height, width] or [channels, height, width], but got "
+                     f"image_size={size!r}")
 
 
 def create_vision_collator(task_spec: TaskSpec | None = None, **kwargs: Any) -> VisionCollator:
     """Factory for the registry: a :class:`VisionCollator` with defaults from ``task_spec``, overridden by kwargs.
 
     From the spec: ``input_fields[0]`` as ``input_field``, ``target_field``, ``num_classes`` (with a
-    cross-entropy loss), ``require_targets`` for a supervised task, and ``preprocessing_config['normalization']``
-    unless ``mean``/``std`` or ``normalization`` are passed.
+    cross-entropy loss), ``require_targets`` for a supervised task, ``additional_config['image_size']``, and
+    ``preprocessing_config['normalization']`` unless ``mean``/``std`` or ``normalization`` are passed.
     """
     if task_spec is not None:
         kwargs.setdefault("input_field", task_spec.input_fields[0])
         kwargs.setdefault("target_field", task_spec.target_field)
         kwargs.setdefault("require_targets", task_spec.is_supervised and kwargs["target_field"] is not None)
+        kwargs.setdefault("image_size", task_spec.additional_config.get("image_size"))
         if task_spec.loss_type == "cross_entropy":
             kwargs.setdefault("num_classes", task_spec.num_classes)
         preset = task_spec.preprocessing_config.get("normalization")

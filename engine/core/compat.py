@@ -279,3 +279,11 @@ def replaces_samplers(trainer: Any) -> bool:
     (``use_distributed_sampler=True``, Lightning's default). Lightning 2.6: ``_accelerator_connector``."""
     connector = getattr(trainer, "_accelerator_connector", None)
     return bool(getattr(connector, "use_distributed_sampler", False))
+
+
+def set_replaces_samplers(trainer: Any, replace: bool) -> None:
+    """Set the trainer's ``use_distributed_sampler``, which Lightning takes only as a ``Trainer`` argument. It is
+    read each time the trainer prepares a loader (``_DataConnector._requires_distributed_sampler``), which it does
+    after the data module's ``setup``, so a module whose loaders are rank-aware already turns it off there and back
+    on at its ``teardown``. Lightning 2.6: ``_accelerator_connector.use_distributed_sampler``."""
+    trainer._accelerator_connector.use_distributed_sampler = bool(replace)

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from engine.core.compat import replaces_samplers
+from engine.core.compat import replaces_samplers, set_replaces_samplers
 
 
 def rank_and_world() -> tuple[int, int] | None:
@@ -25,17 +25,21 @@ def resolve_world(trainer: Any = None) -> tuple[int, int]:
     return rank_and_world() or (0, 1)
 
 
-def check_trainer_keeps_our_samplers(trainer: Any) -> None:
+def keep_our_samplers(trainer: Any) -> bool:
     """Lightning replaces a loader's sampler under DDP unless told not to (Lightning #21131, #21447); ours is
-    already rank-aware, and a replaced one would reshuffle, duplicate or hang. Refuse with the fix."""
-    if trainer is None or int(trainer.world_size) <= 1:
-        return
-    if replaces_samplers(trainer):
-        raise ValueError(
-            "UniversalDataModule shards its data by rank itself, but this Trainer would replace its samplers "
-            "with DistributedSampler (use_distributed_sampler=True is Lightning's default). Create the Trainer with "
-            "lightning.Trainer(..., use_distributed_sampler=False)"
-        )
+    already rank-aware, and a replaced one would reshuffle, duplicate or hang. Turn the trainer's replacement off
+    (``use_distributed_sampler=False``, what its user would otherwise have to pass) and return whether it was on,
+    so :func:`restore_samplers` can turn it on again for loaders that are not ours."""
+    if trainer is None or int(trainer.world_size) <= 1 or not replaces_samplers(trainer):
+        return False
+    set_replaces_samplers(trainer, False)
+    return True
+
+
+def restore_samplers(trainer: Any) -> None:
+    """Turn the trainer's replacement of samplers back on, after :func:`keep_our_samplers` turned it off."""
+    if trainer is not None:
+        set_replaces_samplers(trainer, True)
 
 
 def stop_together(batches: Iterator[Any]) -> Iterator[Any]:

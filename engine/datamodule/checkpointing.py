@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.utils.data import IterableDataset
 
 from engine.datamodule import options
 from engine.loading.settings import RESUMED
@@ -18,6 +19,15 @@ def read_configuration(checkpoint_path: Any, map_location: Any = None) -> dict[s
     """The data module's configuration stored in a Lightning checkpoint (``datamodule_hyper_parameters``)."""
     checkpoint = torch.load(checkpoint_path, map_location=map_location or "cpu", weights_only=True)
     return checkpoint["datamodule_hyper_parameters"]
+
+
+def shuffle_windows(source: Any) -> int | dict[str, int] | None:
+    """The ``shuffle_window`` of sharded train data (its epoch order's), by name for a mixture's sharded sources;
+    None for other data, whose order has no window."""
+    if source is None or isinstance(source, IterableDataset):  # a stream: no parts, and no window
+        return None
+    windows = {name: part.shuffle_window for name, part in source.parts() if part.shuffle_window is not None}
+    return windows[None] if list(windows) == [None] else windows or None
 
 
 class CheckpointedModule:
@@ -39,7 +49,8 @@ class CheckpointedModule:
         config = self.train_config  # the resumed settings it lacks are the module's attributes, resolved
         own = {name: getattr(self, name) for name in RESUMED if not hasattr(config, name)}
         return module_identity(seed=self.seed, data_fingerprint=self._fingerprint, split_plan=self.split_plan,
-                               world_size=self.world_size, config=config, **own)
+                               world_size=self.world_size, config=config,
+                               shuffle_window=shuffle_windows(self.datasets.get("train")), **own)
 
     def state_dict(self) -> dict[str, Any]:
         """The identity (seed, fingerprints, options) and the train loader's position; microseconds to save."""

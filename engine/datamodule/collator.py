@@ -19,6 +19,7 @@ SPEC_HOMES: dict[str, tuple[str, Callable[[TaskSpec], Any]]] = {
                           lambda spec: spec.additional_config.get("max_target_len")),
     "vocab_size": ("spec.vocab_size", lambda spec: spec.vocab_size),
     "num_classes": ("spec.num_classes", lambda spec: spec.num_classes),
+    "image_size": ("spec.additional_config['image_size']", lambda spec: spec.additional_config.get("image_size")),
     "target_field": ("spec.target_field", lambda spec: spec.target_field),
     "require_targets": ("spec.is_supervised", lambda spec: spec.is_supervised and spec.target_field is not None),
     "input_field": ("spec.input_fields[0]", lambda spec: spec.input_fields[0] if spec.input_fields else None),

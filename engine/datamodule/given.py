@@ -13,14 +13,14 @@ from typing import Any, NamedTuple
 from engine.datamodule.options import check_data_arguments
 from engine.loading.state import data_fingerprint
 from engine.sources.adapt import as_source
-from engine.sources.inputs import check_inputs, row_keys, token_field
+from engine.sources.inputs import check_inputs, needs_tokenizer, row_keys, token_field
 from engine.sources.kinds import is_hf_dataset_dict, unpack_dataset_dict
 from engine.sources.lengths import check_no_empty_rows
 from engine.sources.long_rows import LongRows, apply_long_rows, check_rows_left, describe, special_frame
 from engine.sources.mixed import MixedSource
 from engine.sources.protocol import Source
 from engine.sources.rows import MapSource
-from engine.sources.splits import SplitPlan, mixed_plan, plan_splits, split_views
+from engine.sources.splits import SplitPlan, mixed_plan, plan_splits, split_labels, split_views
 from engine.sources.streams import EpochStream, check_stream_options, is_hf_stream, peek_rows, stream_fingerprint
 from engine.sources.targets import check_split_targets
 from engine.sources.tokenizing.preprocess import has_raw_text, prepare_source, prepare_stream
@@ -84,9 +84,28 @@ def take_mixture(train_data: Mapping[str, Any], names: tuple[str, ...], *, task_
                             f"split, e.g. dataset_dict['train']")
         parts[name] = as_source(data, key=key, spec=task_spec, what=f"train_data[{name!r}]", on_error=on_error)
         check_inputs(parts[name], task_spec, tokenizer, f"train_data[{name!r}]")
+    check_tokenized_alike(parts, task_spec)
     if not any(has_raw_text(part, task_spec) for part in parts.values()):  # raw text: compared once tokenized
         check_same_fields(parts)
     return MixedSource(parts)
+
+
+def check_tokenized_alike(parts: Mapping[str, MapSource], task_spec: Any) -> None:
+    """Refuse a mixture where the collator would tokenize some sources' raw text batch by batch (a torch dataset's,
+    a user's source's, shards') while the others reach it as token ids (pre-tokenized, or a ``datasets.Dataset``'s
+    raw text, tokenized at setup): a batch mixes their rows, which must have the same fields."""
+    if task_spec is None:
+        return
+    by_collator = [name for name, part in parts.items()
+                   if not has_raw_text(part, task_spec) and needs_tokenizer(row_keys(part), task_spec, part)]
+    ahead = [name for name in parts if name not in by_collator]
+    if by_collator and ahead:
+        raise ValueError(
+            f"a mixture's sources should reach the collator alike, since every batch mixes their rows, but the raw "
+            f"text of train_data[{by_collator[0]!r}] would be tokenized batch by batch by the collator while "
+            f"train_data[{ahead[0]!r}] holds token ids (or is a datasets.Dataset whose text is tokenized at setup); "
+            f"give train_data[{by_collator[0]!r}] as a datasets.Dataset (datasets.Dataset.from_list(rows)), which is "
+            f"tokenized at setup like the others, or tokenize it ahead (tokenize_on_ray for shards)")
 
 
 def check_same_fields(parts: Mapping[str, MapSource]) -> None:
@@ -105,7 +124,7 @@ def check_same_fields(parts: Mapping[str, MapSource]) -> None:
 def prepare_inputs(given: dict[str, MapSource], stream: Any, task_spec: Any, tokenizer: Any, *,
                    val_split: float | int, test_split: float | int, seed: int, rank: int, world_size: int,
                    long_rows: LongRows | None = None, cache: TokenCache | None = None,
-                   transforms: Mapping[str, RowTransform | None] | None = None) -> Prepared:
+                   transforms: Mapping[str, RowTransform | None] | None = None, stratify: bool = False) -> Prepared:
     """Raw text tokenized once per machine (cached), the train data split by document, then the long-row policy
     applied to each split, so that no document's windows land in two splits. None: truncation, default cache.
     Each split is its own copy of the source (views cut by ``val_split`` included) with its ``transforms[role]``."""
@@ -123,7 +142,8 @@ def prepare_inputs(given: dict[str, MapSource], stream: Any, task_spec: Any, tok
         return Prepared({**_for_roles(others, transforms), "train": train}, stream_fingerprint(stream), None, {})
     plan = fingerprint = None
     if "train" in sources:
-        plan = plan_splits(len(sources["train"]), val_split=val_split, test_split=test_split, seed=seed)
+        labels = split_labels(sources["train"], task_spec) if stratify else None
+        plan = plan_splits(len(sources["train"]), val_split=val_split, test_split=test_split, seed=seed, labels=labels)
         sources.update(split_views(sources["train"], plan, val=bool(val_split), test=bool(test_split)))
         fingerprint = data_fingerprint(given["train"])
     for role, source in sources.items():  # before any batch: a missing or non-finite target in a column
@@ -197,8 +217,7 @@ def _tokenized_like_the_others(parts: dict[str, Prepared], raw: list[str]) -> di
     out = dict(parts)
     for name in raw:
         sources = parts[name].sources
-        if all(callable(getattr(source, "without_columns", None)) and "attention_mask" in (row_keys(source) or ())
-               for source in sources.values()):
+        if all("attention_mask" in (row_keys(source) or ()) for source in sources.values()):  # tokenized: Arrow
             out[name] = parts[name]._replace(sources={role: source.without_columns(["attention_mask"])
                                                       for role, source in sources.items()})
     return out

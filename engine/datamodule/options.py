@@ -29,6 +29,27 @@ def check_data_arguments(*, has_train: bool, has_predict: bool, val_data: Any, t
         raise ValueError(f"both test_data and test_split={test_split!r} were given; pass one")
 
 
+def check_stratify(stratify: Any, task_spec: TaskSpec | None, *, val_split: float | int, test_split: float | int,
+                   stream: bool, mixture: bool) -> bool:
+    """``stratify`` (a bool: its setting's check) checked against the others: for a classification task whose spec
+    names its label, with rows to cut."""
+    if not stratify:
+        return False
+    if task_spec is None or task_spec.task_type != "classification" or task_spec.target_field is None:
+        task = "no task_spec" if task_spec is None else f"task_type={task_spec.task_type!r}"
+        raise ValueError(f"stratify=True cuts val_split/test_split from every class in proportion, so it needs a "
+                         f"classification task whose spec names its label (target_field), but got {task}; pass "
+                         f"stratify=False")
+    if not val_split and not test_split:
+        raise ValueError(f"stratify=True stratifies the rows val_split and test_split cut from train_data, but got "
+                         f"val_split={val_split!r} and test_split={test_split!r}; pass val_split=... (a fraction or a "
+                         f"row count), or stratify=False")
+    if stream or mixture:
+        raise ValueError(f"stratify=True reads every row's class before the split, which "
+                         f"{'a stream' if stream else 'a mixture (mix=)'} does not allow here; pass stratify=False")
+    return True
+
+
 def device_normalize_kwargs(device_normalize: bool, collate_fn: Any, task_spec: TaskSpec | None,
                             collator_kwargs: dict[str, Any] | None) -> dict[str, Any]:
     """The collator options with ``keep_uint8=True`` when images are to be normalized on the device."""
@@ -42,10 +63,16 @@ def device_normalize_kwargs(device_normalize: bool, collate_fn: Any, task_spec: 
     return kwargs
 
 
-def check_stream_batching(is_stream: bool, batching: str) -> None:
+def check_stream_batching(is_stream: bool, batching: str, num_threads: int = 0) -> None:
+    """Refuse, at construction, what a stream cannot do: length-aware batching, and background threads (which load
+    through a batch sampler; the loader factory refuses them too, but only once the train loader is built)."""
     if is_stream and batching != "plain":
         raise ValueError(f"batching={batching!r} needs every row's length up front, which a stream "
                          f"(datasets.IterableDataset) does not have; use batching='plain' or a map-style Dataset")
+    if is_stream and num_threads:
+        raise ValueError(f"num_threads={num_threads} loads map-style data through its batch sampler, but the data "
+                         f"is an IterableDataset (a stream); set num_threads=0, or num_workers > 0 to read it in "
+                         f"workers")
 
 
 DEFAULT_BATCH_SIZE = 32

@@ -8,7 +8,7 @@ from typing import Any
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from engine.core.compat import lightning
-from engine.core.distributed import check_trainer_keeps_our_samplers, resolve_world
+from engine.core.distributed import keep_our_samplers, resolve_world, restore_samplers
 from engine.core.locks import ModuleLock
 from engine.core.rng import drawn_seed
 from engine.core.skipped_rows import SkipReport
@@ -27,7 +27,7 @@ from engine.loading.settings import BY_NAME, NOT_RECORDED, check_module_settings
 from engine.loading.state import TrainPosition
 from engine.sampling.mixtures.mixture import as_mixture
 from engine.sampling.modes import resolve_batching
-from engine.sources.inputs import check_same_classes, class_maps
+from engine.sources.inputs import check_length_batching, check_same_classes, class_maps
 from engine.sources.kinds import is_named_datasets
 from engine.sources.long_rows import LongRows, check_sources
 from engine.sources.rows import MapSource
@@ -60,6 +60,9 @@ class UniversalDataModule(CheckpointedModule, lightning().LightningDataModule):
         tokenizer: Tokenizer for raw text (tokenized once at setup) and for pad/mask ids.
         val_data, test_data, predict_data: Optional separate datasets of the same kinds.
         val_split, test_split: Fraction in [0, 1) or row count cut from ``train_data`` (seeded, disjoint).
+        stratify: Cut ``val_split``/``test_split`` from every class in proportion (a classification task: the
+            spec's ``target_field``), as ``datasets``' ``train_test_split(stratify_by_column=...)``; still a seeded
+            function of ``seed``. See docs/concepts.md.
         batch_size: Rows per training batch (default 32); ``eval_batch_size`` (default the same) for the others.
             Under ``batching='token_budget'`` or ``'packed'`` training batches are cut by ``max_tokens``, so
             ``batch_size`` is then the evaluation loaders' size, and giving both it and ``eval_batch_size`` is refused.
@@ -109,7 +112,7 @@ class UniversalDataModule(CheckpointedModule, lightning().LightningDataModule):
     def __init__(
         self, train_data: Any = None, *, task_spec: TaskSpec | None = None, tokenizer: Any = None,
         val_data: Any = None, test_data: Any = None, predict_data: Any = None,
-        val_split: float | int = 0.0, test_split: float | int = 0.0,
+        val_split: float | int = 0.0, test_split: float | int = 0.0, stratify: bool = False,
         batch_size: int | None = None, eval_batch_size: int | None = None, num_workers: int = 0, seed: int | None = 42,
         shuffle: bool | None = None, drop_last: bool = False, uneven: str = "pad",
         pin_memory: bool | None = None, persistent_workers: bool | None = None, prefetch_factor: int = 2,
@@ -155,20 +158,26 @@ class UniversalDataModule(CheckpointedModule, lightning().LightningDataModule):
         self.skipped = SkipReport.checked(on_error, max_skipped, is_stream=self._stream is not None)  # rows left out
         self.task_spec, self.tokenizer, self.seed = task_spec, tokenizer, seed
         self.val_split, self.test_split, self.uneven, self.validate = val_split, test_split, uneven, validate
+        self.stratify = options.check_stratify(stratify, task_spec, val_split=val_split, test_split=test_split,
+                                               stream=self._stream is not None, mixture=self.mixture is not None)
         self.rank, self.world_size = 0, 1
         self.train_config, self.eval_config = options.loader_configs(
             settings, shuffle=self._stream is None if shuffle is None else shuffle)
-        self.batching, self.max_tokens, self.batching_reason = resolve_batching(task_spec, batching, max_tokens,
-                                                                                self.train_config.shuffle)
+        # a stream is never shuffled here: its own refusal below names what it lacks (lengths up front), where
+        # resolve_batching's would ask for shuffle=True, which a stream refuses in turn
+        self.batching, self.max_tokens, self.batching_reason = resolve_batching(
+            task_spec, batching, max_tokens, self.train_config.shuffle or self._stream is not None)
         options.check_batch_size_is_used(self.batching, batch_size, eval_batch_size)
         if self.mixture is not None:
             check_mixture_batching(self.mixture, self.batching)
-        options.check_stream_batching(self._stream is not None, self.batching)
+        options.check_stream_batching(self._stream is not None, self.batching, self.train_config.num_threads)
         self.collator, self.collator_resolution = module_collator(
             task_spec, tokenizer, collate_fn, collator_name, collator_kwargs, device_normalize=device_normalize,
             batching=self.batching, batching_reason=self.batching_reason)
         self.long_rows = LongRows.resolve(long_rows, stride, task_spec, getattr(self.collator, "max_length", None))
         check_sources(self._given, self._stream, self.long_rows)
+        if "train" in self._given:
+            check_length_batching(self._given["train"], task_spec, self.batching)
         self.token_cache = TokenCache.resolve(cache_dir, num_proc)
         self.train_config.collate_fn = self.eval_config.collate_fn = self.collator
         self.transforms = split_transforms(train_transform, eval_transform, seed=seed, stream=self._stream is not None)
@@ -180,6 +189,7 @@ class UniversalDataModule(CheckpointedModule, lightning().LightningDataModule):
         self.long_rows_report: dict[str, dict[str, Any]] = {}  # per split: what long_rows did, after setup
         self._factory, self._position, self._fingerprint = DataLoaderFactory(), TrainPosition(), None
         self._lock = ModuleLock()  # setup and the first train loader run once, whichever threads ask
+        self._samplers_kept = False  # setup turned the trainer's use_distributed_sampler off, until teardown
 
     def prepare_data(self) -> None:
         """Tokenize raw text into the on-disk cache; Lightning runs this once per machine (local rank 0)."""
@@ -189,16 +199,24 @@ class UniversalDataModule(CheckpointedModule, lightning().LightningDataModule):
         """Tokenize raw text and compute the splits, once; later calls (any stage) do nothing. Thread-safe: calls
         from several threads at once set up once, the others wait for it."""
         with self._lock:  # every call: cheap uncontended, and no caller sees a half-done setup
+            # Our loaders shard by rank: Lightning's DDP must not replace their samplers (on until our teardown)
+            self._samplers_kept = keep_our_samplers(self.trainer) or self._samplers_kept
             if not self.datasets and self._given:
                 self._setup()
 
+    def teardown(self, stage: str | None = None) -> None:
+        """Give the trainer back its replacement of samplers (``use_distributed_sampler``), which :meth:`setup`
+        turned off for this module's loaders, for the loaders of its later runs without this module."""
+        if self._samplers_kept:
+            restore_samplers(self.trainer)
+            self._samplers_kept = False
+
     def _setup(self) -> None:
-        check_trainer_keeps_our_samplers(self.trainer)
         self.rank, self.world_size = resolve_world(self.trainer)
         sources, self._fingerprint, self.split_plan, self.long_rows_report = prepare_inputs(
             self._given, self._stream, self.task_spec, self.tokenizer, val_split=self.val_split,
             test_split=self.test_split, seed=self.seed, rank=self.rank, world_size=self.world_size,
-            long_rows=self.long_rows, cache=self.token_cache, transforms=self.transforms)
+            long_rows=self.long_rows, cache=self.token_cache, transforms=self.transforms, stratify=self.stratify)
         self.datasets = sources
         self.skipped.apply_to(sources.values())
         self.truncation = log_long_rows(self.long_rows_report)

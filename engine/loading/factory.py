@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import multiprocessing
 import pickle
+import sys
+import types
 from collections.abc import Mapping
 from typing import Any
 
@@ -273,6 +275,16 @@ def _check_sendable(what: str, value: Any, kwargs: dict[str, Any]) -> None:
         return
     try:
         _SendCheck(_Discard()).dump(value)
+    except _DefinedInMain as found:
+        name = found.args[0]
+        raise TypeError(
+            f"the {what} should be importable by the workers that num_workers={kwargs['num_workers']} starts with "
+            f"the '{method}' start method, but it refers to {name}, defined in __main__, which has no file here (a "
+            f"notebook, python -c or stdin): a started worker imports what it is sent by module and name, cannot "
+            f"find __main__.{name}, and dies at its first batch. Move {name} into a module (a .py file beside the "
+            f"notebook) and import it from there, or use the 'fork' start method (multiprocessing_context='fork', "
+            f"not on macOS or Windows), or num_workers=0"
+        ) from None
     except _HoldsGenerator:
         raise TypeError(
             f"num_workers={kwargs['num_workers']} with the '{method}' start method sends the {what} to each "
@@ -293,13 +305,31 @@ class _HoldsGenerator(Exception):
     """Raised by :class:`_SendCheck` at the first ``torch.Generator`` it meets."""
 
 
+class _DefinedInMain(Exception):
+    """Raised by :class:`_SendCheck` at the first function or class of a ``__main__`` that a started worker cannot
+    import; its argument is the object's qualified name."""
+
+
+def _main_has_no_file() -> bool:
+    """Whether ``__main__`` is a notebook, ``python -c`` or stdin: a process that multiprocessing starts (spawn,
+    forkserver) runs the main module again from its name or file, as ``multiprocessing.spawn`` does, and this one
+    has neither."""
+    main = sys.modules.get("__main__")
+    return main is not None and getattr(getattr(main, "__spec__", None), "name", None) is None and getattr(
+        main, "__file__", None) is None
+
+
 class _SendCheck(pickle.Pickler):
     """Pickles what a started worker would receive, stopping at a ``torch.Generator``, which torch pickles with its
-    state as a tensor that ``torch.multiprocessing`` shares by a descriptor closed before the worker opens it."""
+    state as a tensor that ``torch.multiprocessing`` shares by a descriptor closed before the worker opens it, and
+    at a function or class of a ``__main__`` without a file, which pickles by reference but does not import there."""
 
     def reducer_override(self, obj: Any) -> Any:
         if isinstance(obj, torch.Generator):
             raise _HoldsGenerator
+        if isinstance(obj, (type, types.FunctionType)) and getattr(obj, "__module__", None) == "__main__" and (
+                "<" not in obj.__qualname__ and _main_has_no_file()):  # a lambda or local one: pickle's own error
+            raise _DefinedInMain(getattr(obj, "__qualname__", repr(obj)))
         return NotImplemented
 
 

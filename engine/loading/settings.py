@@ -132,6 +132,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("predict_data", "Any", None, "Prediction data, of the kinds train_data takes", recorded=False),
     Setting("val_split", "float | int", 0.0, "Fraction in [0, 1) or row count cut from train_data for validation"),
     Setting("test_split", "float | int", 0.0, "Fraction in [0, 1) or row count cut from train_data for testing"),
+    Setting("stratify", "bool", False, "Cut val_split and test_split from every class in proportion (a "
+            "classification task: the spec's target_field)", BOOL),
     # The loader settings: DataLoaderConfig's fields, in its order.
     Setting("batch_size", "int | None", None, "Rows per training batch (None: 32); under token_budget or packed "
             "batching it sizes only the evaluation batches", POSITIVE, resume=SAME, shown="always",

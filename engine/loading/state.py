@@ -20,6 +20,7 @@ from torch.utils.data import IterableDataset
 from engine.core.checks import check_saved_int
 from engine.core.compat import iterator_finished, sampler_state_of, single_process_state
 from engine.loading.settings import RESUMED
+from engine.sampling.modes import BUDGET_MODES
 from engine.sources.protocol import Source
 
 STATE_VERSION = 5
@@ -32,6 +33,9 @@ VERSION, SEED, EPOCH = "version", "seed", "epoch"
 DATA_FINGERPRINT, SPLIT_FINGERPRINT = "data_fingerprint", "split_fingerprint"
 WORLD_SIZE, NUM_WORKERS = "world_size", "num_workers"
 BATCH_SIZE, BATCHING, MAX_TOKENS = "batch_size", "batching", "max_tokens"
+SHUFFLE_WINDOW = "shuffle_window"
+"""Sharded train data's ``Shards(shuffle_window=...)`` (a mixture's: by source name); absent from states saved
+before it was recorded, which are not held to it."""
 TRAIN_LOADER = "train_loader"
 """The train loader's own (torchdata) state: the sampler's epoch and position, and per-worker state."""
 SKIPPED_ROWS = "skipped_rows"
@@ -47,6 +51,8 @@ IDENTITY_CHECKS = {
                 "dealt to another number of ranks",
     NUM_WORKERS: RESUMED[NUM_WORKERS],
     **RESUMED,  # the settings a resume checks, declared with their reasons: batch_size, shuffle, drop_last, ...
+    SHUFFLE_WINDOW: "sharded data's epoch order shuffles rows within windows of this many rows, so another window "
+                    "orders the epoch otherwise and the rest of the saved epoch would lose or repeat rows",
 }
 """What a saved state must match to be loaded, and why each matters."""
 TOPOLOGY = (WORLD_SIZE, NUM_WORKERS)
@@ -67,11 +73,12 @@ def data_fingerprint(source: Source) -> str:
 
 
 def module_identity(*, seed: int, data_fingerprint: str | None, split_plan: Any, world_size: int, config: Any,
-                    **settings: Any) -> dict[str, Any]:
+                    shuffle_window: int | dict[str, int] | None = None, **settings: Any) -> dict[str, Any]:
     """The identity part of a module's state: what a saved state must match to be loaded. Each setting a resume
     checks (:data:`~engine.loading.settings.RESUMED`) but the seed is read from ``settings`` (the module's own,
     resolved: ``uneven``, ``batching``, ``max_tokens``), else from ``config``, the train loader's
-    :class:`~engine.loading.config.DataLoaderConfig`."""
+    :class:`~engine.loading.config.DataLoaderConfig`. ``shuffle_window``: sharded train data's (by source name for
+    a mixture), None for other data."""
     checked = [name for name in RESUMED if name != SEED]
     unknown = sorted(set(settings) - set(checked))
     if unknown:
@@ -79,7 +86,8 @@ def module_identity(*, seed: int, data_fingerprint: str | None, split_plan: Any,
                         f"{sorted(checked)}")
     return {VERSION: STATE_VERSION, SEED: seed, DATA_FINGERPRINT: data_fingerprint,
             SPLIT_FINGERPRINT: split_plan.fingerprint if split_plan is not None else None, WORLD_SIZE: world_size,
-            **{name: settings[name] if name in settings else getattr(config, name) for name in checked}}
+            **{name: settings[name] if name in settings else getattr(config, name) for name in checked},
+            SHUFFLE_WINDOW: shuffle_window}
 
 
 def check_structure(state: Any, required: tuple[str, ...] = (VERSION, SEED, EPOCH, TRAIN_LOADER)) -> None:
@@ -114,6 +122,9 @@ def check_compatible(saved: Mapping[str, Any], current: Mapping[str, Any], *, el
     for key, why in IDENTITY_CHECKS.items():
         if elastic and key in TOPOLOGY:
             continue
+        if key == BATCH_SIZE and current.get(BATCHING) in BUDGET_MODES and saved.get(BATCHING) == current.get(
+                BATCHING):  # batches cut by tokens: batch_size cuts none of them
+            continue
         if elastic and key in (BATCH_SIZE, MAX_TOKENS) and saved.get(WORLD_SIZE) != current.get(WORLD_SIZE):
             check_global_batch(saved, current, key)
             continue
@@ -123,8 +134,11 @@ def check_compatible(saved: Mapping[str, Any], current: Mapping[str, Any], *, el
         if key == SPLIT_FINGERPRINT and isinstance(saved.get(key), Mapping) and isinstance(current.get(key), Mapping):
             check_mixed_splits(saved[key], current[key])
             continue
+        if key == SHUFFLE_WINDOW and key not in saved:  # saved before the window was recorded
+            continue
         if saved.get(key) != current.get(key):
             fix = (f"Resume with {key}={saved.get(key)!r}" if key in LOADER_OPTIONS
+                   else f"Resume with Shards(shuffle_window=...) as saved ({saved.get(key)!r})" if key == SHUFFLE_WINDOW
                    else "Resume with the same data, seed, splits and number of ranks")
             raise ValueError(
                 f"the checkpoint's data state does not match this data module: {key} was {saved.get(key)!r} when "
@@ -154,8 +168,10 @@ def check_mixed_splits(saved: Mapping[str, Any], current: Mapping[str, Any]) -> 
 
 def check_global_batch(saved: Mapping[str, Any], current: Mapping[str, Any], key: str) -> None:
     """Elastic resume keeps the global batch: ``key`` (the per-rank batch) x ranks must be what it was when saved.
-    ``batch_size`` is not a batch of a token budget, so with ``batching='token_budget'`` only ``max_tokens`` counts."""
-    if (key == BATCH_SIZE) == (current.get(BATCHING) == "token_budget"):
+    ``batch_size`` is no batch of a token budget or of packing (their batches are cut by tokens), so with
+    ``batching='token_budget'`` or ``'packed'`` only ``max_tokens`` counts, the global budget being
+    ``max_tokens x world_size``; in the other modes only ``batch_size`` counts."""
+    if (key == BATCH_SIZE) == (current.get(BATCHING) in BUDGET_MODES):
         return
     ranks, per_rank = current.get(WORLD_SIZE), current.get(key)
     saved_ranks = check_saved_int("the checkpoint's data state", WORLD_SIZE, saved.get(WORLD_SIZE), low=1)

@@ -121,6 +121,11 @@ class MultiDataModule(lightning().LightningDataModule):
             child.trainer = self.trainer
             child.setup(stage)
 
+    def teardown(self, stage: str | None = None) -> None:
+        """Tear down every child (each gives the trainer back what its setup changed)."""
+        for child in self.children.values():
+            child.teardown(stage)
+
     @property
     def split_sizes(self) -> dict[str, dict[str, int | None]]:
         """``{name: the child's split sizes}``."""

@@ -16,6 +16,7 @@ from torch.utils.data import Dataset
 from engine.sources.bad_rows import first_readable
 from engine.sources.files import is_path_data, load_paths
 from engine.sources.kinds import ACCEPTED, TupleRows, columns_dataset, is_column_dict, read_row, tuple_fields
+from engine.sources.media import folder_columns
 from engine.sources.protocol import Source, UserSource
 from engine.sources.shards.listing import Shards, is_url
 from engine.sources.shards.source import ShardedSource
@@ -42,7 +43,7 @@ def as_source(data: Any, *, key: str | None = None, spec: Any = None, what: str 
     if isinstance(data, Shards) or is_url(data):  # streamed a row group at a time through the local cache
         return ShardedSource.from_shards(data if isinstance(data, Shards) else Shards(data))
     if is_hf_dataset(data):
-        return HFSource(data)
+        return HFSource(folder_columns(data, spec))  # an image folder's image and label read as a vision spec's
     if type(data).__name__ == "DataFrame" and type(data).__module__.startswith("pandas"):
         import datasets as hf_datasets
 
@@ -50,7 +51,9 @@ def as_source(data: Any, *, key: str | None = None, spec: Any = None, what: str 
     if is_column_dict(data, spec, what):
         return TorchSource(columns_dataset(data))
     if is_path_data(data):
-        return HFSource(load_paths(data, what))  # .csv, .json(l), .parquet or a folder, read by datasets into Arrow
+        # .csv, .json(l), .parquet or a folder, read by datasets into Arrow (a folder's image and label columns as
+        # a vision spec's fields)
+        return HFSource(folder_columns(load_paths(data, what), spec))
     if isinstance(data, (str, bytes, int, float, dict)) or data is None:
         raise TypeError(f"{what} should be {ACCEPTED}, but got {type(data).__name__}: {data!r:.60}")
     if isinstance(data, (list, tuple)):

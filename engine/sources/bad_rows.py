@@ -90,7 +90,8 @@ def transform_skipping(source: Any, rows: list[Any], positions: list[int],
     for row, position in zip(rows, positions):
         index = source.dataset_index(position)
         try:
-            kept_rows.extend(source.transform([row], [index], epoch))
+            kept_rows.extend(source.transform([row], [index], epoch,
+                                              reread=lambda _, position=position: source._fetch([position])[0]))
         except TransformFailed as failed:
             first = first or failed.error
             skipped.append(SkippedRow(source.user_index(position), source.role, type(failed.error).__name__,

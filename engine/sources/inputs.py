@@ -49,6 +49,33 @@ def needs_tokenizer(keys: list[str] | None, spec: TaskSpec | None, source: MapSo
     return isinstance(source.first_row()[text_field], str)
 
 
+def check_length_batching(source: MapSource, spec: TaskSpec | None, batching: str, what: str = "train_data") -> None:
+    """Refuse, at construction, length-aware batching of raw text that only the collator tokenizes (a torch
+    ``Dataset``'s or a user's source's; a ``datasets.Dataset`` of raw text is tokenized at setup, so it has lengths):
+    the samplers plan the epoch from every row's token count, which such rows do not have until a batch is read."""
+    if batching == "plain" or spec is None:
+        return
+    for name, part in source.parts():
+        where = what if name is None else f"{what}[{name!r}]"
+        if isinstance(part, (ShardedSource, TensorListSource)):
+            continue
+        if isinstance(part, HFSource):  # its lengths are Arrow offsets: cheap to read now, as the sampler will
+            if not needs_tokenizer(row_keys(part), spec, part):
+                try:
+                    part.lengths(spec.input_fields[0])
+                except (KeyError, TypeError) as error:
+                    raise ValueError(f"batching={batching!r} plans each epoch from every row's length of "
+                                     f"{spec.input_fields[0]!r}, which {where} does not have ({error}); use "
+                                     f"batching='plain'") from error
+            continue
+        if needs_tokenizer(row_keys(part), spec, part):
+            raise ValueError(f"batching={batching!r} plans each epoch from every row's token count, but {where} "
+                             f"({type(part.dataset).__name__ if hasattr(part, 'dataset') else type(part).__name__}) "
+                             f"holds raw text, which the collator tokenizes a batch at a time; give the text as a "
+                             f"datasets.Dataset (tokenized once at setup), tokenize it yourself, or use "
+                             f"batching='plain'")
+
+
 def check_inputs(
     source: MapSource, spec: TaskSpec | None, tokenizer: Any, role: str, *, require_target: bool = True
 ) -> None:

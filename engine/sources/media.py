@@ -16,6 +16,29 @@ from typing import Any
 
 import torch
 
+FOLDER_COLUMNS = ("image", "label")
+"""The columns of an image folder as ``datasets``' imagefolder names them: the image, and the class of its
+subfolder."""
+
+
+def folder_columns(dataset: Any, spec: Any) -> Any:
+    """``dataset`` with an image folder's columns (:data:`FOLDER_COLUMNS`) under the names a vision ``spec`` reads
+    (``input_fields[0]``, ``target_field``: ``pixel_values`` and ``labels`` for the presets), when the data holds an
+    ``Image`` column ``image`` and no column of the spec's name; a rename of Arrow metadata, nothing is copied.
+    Other data, or a spec that names ``image`` itself, is returned as it is."""
+    import datasets
+
+    if spec is None or spec.modality != "vision" or dataset.features is None:
+        return dataset
+    columns, field, target = dataset.column_names, spec.input_fields[0], spec.target_field
+    image, label = FOLDER_COLUMNS
+    if field in columns or not isinstance(dataset.features.get(image), datasets.Image):
+        return dataset
+    names = {image: field}
+    if target is not None and label in columns and target not in columns:
+        names[label] = target
+    return dataset.rename_columns(names)
+
 
 def media_columns(dataset: Any, fields: list[str]) -> dict[str, Any]:
     """``{column: feature}`` of the ``fields`` that hold decodable images or audio."""

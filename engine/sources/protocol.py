@@ -98,6 +98,12 @@ class Source(Protocol):
         in the background. Default: False."""
         ...
 
+    @property
+    def shuffle_window(self) -> int | None:
+        """The window :meth:`epoch_blocks` shuffles rows within, which a saved state records (another window is
+        another order); None without an order of its own. Default: None."""
+        ...
+
     def handing_columns(self) -> Source:
         """This source answering column batches where it can (asked when the collator reads columns).
         Default: itself (rows)."""

@@ -69,7 +69,8 @@ class MapSource(Dataset):
         is named in an error, or with ``on_error`` 'skip'/'warn' left out and recorded like a row that failed to read.
         """
         try:
-            out = RowBatch(self.transform(rows, [self.dataset_index(position) for position in positions], epoch))
+            out = RowBatch(self.transform(rows, [self.dataset_index(position) for position in positions], epoch,
+                                          reread=lambda place: self._fetch([positions[place]])[0]))
         except TransformFailed as failed:
             if self.on_error == "raise":
                 seeds = [self.dataset_index(position) for position in positions]
@@ -132,6 +133,9 @@ class MapSource(Dataset):
     """How :meth:`lengths` reads the rows' lengths, as the report says it."""
     reads_ahead = False
     """Whether batches name the rows of coming batches for this source to fetch in the background."""
+    shuffle_window: int | None = None
+    """The window its epoch order shuffles rows within (see :meth:`epoch_blocks`), which a saved state records;
+    None without an order of its own."""
 
     def fingerprint(self) -> str:
         """A digest of :data:`SAMPLED_ROWS` evenly spaced rows as stored (no transform), and of their count."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -81,11 +81,66 @@ def seed_global_rng(seed: int) -> None:
     np.random.seed(seed & 0xFFFFFFFF)
 
 
+def held_arrays(row: Any) -> Any:
+    """``row`` with each writable numpy array at its top level (a dict's value, a tuple's item, the row) copied: an
+    array has no record of writes, so a transform that writes into one it is given (``row["x"] *= 2``) writes into
+    a copy, never into the stored data (a dict of numpy columns hands views of its columns)."""
+    def own(value: Any) -> Any:
+        return value.copy() if isinstance(value, np.ndarray) and value.flags.writeable else value
+
+    if isinstance(row, np.ndarray):
+        return own(row)
+    if isinstance(row, dict):  # a plain dict in any case: a transform that sets a key leaves the source's dict be
+        return {key: own(value) for key, value in row.items()}
+    if type(row) in (tuple, list):
+        return type(row)(own(value) for value in row)
+    return row
+
+
+def row_tensors(row: Any) -> list[tuple[Any, torch.Tensor]]:
+    """``(key, tensor)`` of each tensor at the top level of ``row``: a dict's values, a tuple's or list's items (keyed
+    by position), or the row itself (key None)."""
+    if isinstance(row, torch.Tensor):
+        return [(None, row)]
+    items = row.items() if isinstance(row, Mapping) else enumerate(row) if isinstance(row, (tuple, list)) else ()
+    return [(key, value) for key, value in items if isinstance(value, torch.Tensor)]
+
+
+def _watched(row: Any) -> tuple[Any, list[tuple[Any, torch.Tensor, int | None]]]:
+    """``(row as the transform gets it, (key, tensor, its write count) of each tensor)``: a dict row, the common case,
+    in one pass over its values; other rows by :func:`held_arrays` and :func:`row_tensors`."""
+    if type(row) is not dict:
+        row = held_arrays(row)
+        return row, [(key, tensor, write_count(tensor)) for key, tensor in row_tensors(row)]
+    given, watched = {}, []
+    for key, value in row.items():
+        if isinstance(value, torch.Tensor):
+            watched.append((key, value, write_count(value)))
+        elif isinstance(value, np.ndarray) and value.flags.writeable:
+            value = value.copy()
+        given[key] = value
+    return given, watched
+
+
+def write_count(tensor: torch.Tensor) -> int | None:
+    """How often ``tensor``'s memory was written in place (torch's version counter, shared by its views); None for
+    an inference-mode tensor, which keeps no count."""
+    try:
+        return tensor._version
+    except RuntimeError:
+        return None
+
+
+def same_memory(one: torch.Tensor, other: torch.Tensor) -> bool:
+    return one.untyped_storage().data_ptr() == other.untyped_storage().data_ptr()
+
+
 class RowTransform:
     """A user's per-row transform bound to a split and the module's seed (see the module docstring for the rule).
 
     Args:
-        transform: Any callable on one row (it must return the new row, not change the row in place).
+        transform: Any callable on one row (it must return the new row, not change the row in place: a write into
+            a tensor the data holds is refused, and each writable numpy array of the row is handed as a copy).
         seed: The module's seed.
         role: The split it serves: 'train' reseeds each epoch; 'val', 'test' and 'predict' do not.
     """
@@ -94,6 +149,16 @@ class RowTransform:
         self.transform, self.seed, self.role = transform, seed, role
         self.argument = TRANSFORM_ARGUMENTS[role]
         self.uses_generator = takes_generator(transform)
+        self.fresh_keys: set[Any] = set()
+        """Keys whose tensors a transform wrote in place and a second read showed fresh (not the stored data's)."""
+
+    def __copy__(self) -> RowTransform:
+        """A copy (a mixture's source gets one with its own seed) that learns afresh which keys its rows make anew:
+        another source may hand out the data's own tensors under the same key."""
+        copied = object.__new__(type(self))
+        copied.__dict__.update(self.__dict__)
+        copied.fresh_keys = set()
+        return copied
 
     def row_seeds(self, epoch: int) -> Callable[[int], int]:
         """``index -> seed`` of the rows of ``epoch``: ``derive_seed(seed, "transform", "train", epoch, index)``
@@ -106,15 +171,21 @@ class RowTransform:
         """The seed of the row at dataset ``index`` in ``epoch`` (the epoch counts for training only)."""
         return self.row_seeds(epoch)(index)
 
-    def __call__(self, rows: Sequence[Any], indices: Sequence[int], epoch: int) -> list[Any]:
-        """``rows`` (at dataset ``indices``) transformed; raises :class:`TransformFailed` naming a failing row."""
+    def __call__(self, rows: Sequence[Any], indices: Sequence[int], epoch: int,
+                 reread: Callable[[int], Any] | None = None) -> list[Any]:
+        """``rows`` (at dataset ``indices``) transformed; raises :class:`TransformFailed` naming a failing row.
+
+        ``reread(i)`` reads row ``i`` of ``rows`` again from its source, untransformed: when the transform wrote
+        into a tensor of a row in place, it tells a tensor the data holds (refused) from one made by this read."""
         seeds = self.row_seeds(epoch)
         context = contextlib.nullcontext() if self.uses_generator else global_rng_kept()
         with context:
-            return [self._one(row, index, seeds(index)) for row, index in zip(rows, indices)]
+            return [self._one(row, index, seeds(index), reread, place)
+                    for place, (row, index) in enumerate(zip(rows, indices))]
 
-    def _one(self, row: Any, index: int, seed: int) -> Any:
-        row = dict(row) if isinstance(row, dict) else row  # a transform that sets a key leaves the source's row be
+    def _one(self, row: Any, index: int, seed: int, reread: Callable[[int], Any] | None = None, place: int = 0
+             ) -> Any:
+        row, watched = _watched(row)
         try:
             if self.uses_generator:
                 out = self.transform(row, generator=generator_from(seed))
@@ -127,7 +198,27 @@ class RowTransform:
             raise TypeError(f"{self.argument} should return the row, but got None from {self.argument}(row) on row "
                             f"{index} of the {self.role} data; end the transform with `return row` (a transform "
                             f"that changes the row in place must still return it)")
+        written = [(key, tensor) for key, tensor, count in watched
+                   if count is not None and write_count(tensor) != count and key not in self.fresh_keys]
+        if written and reread is not None:
+            self._refuse_writes_into_the_data(written, dict(row_tensors(reread(place))), index)
         return out
+
+    def _refuse_writes_into_the_data(self, written: list[tuple[Any, torch.Tensor]], again: dict[Any, torch.Tensor],
+                                     index: int) -> None:
+        """Refuse a write in place into a tensor the data holds (a second read of the row gives the same memory):
+        every later read, and epoch, would see the changed values. A tensor each read makes afresh may be changed."""
+        for key, tensor in written:
+            if key not in again or not same_memory(again[key], tensor):
+                self.fresh_keys.add(key)
+                continue
+            where = "the row" if key is None else f"row[{key!r}]"
+            raise ValueError(
+                f"{self.argument} should return new values and leave the row it is given as it is, but got "
+                f"{self.argument}(row) changing {where} of row {index} of the {self.role} data in place; that tensor "
+                f"is the data's own (a view of the stored rows), so every later read and epoch would see the "
+                f"changed values. Assign a new tensor ({where} = {where} * 2, not {where}.mul_(2)), or clone it "
+                f"before changing it in place ({where}.clone())")
 
     def __repr__(self) -> str:
         return f"RowTransform({self.transform!r}, role={self.role!r})"

@@ -131,6 +131,10 @@ def _through_indices(dataset: Any, values: np.ndarray) -> np.ndarray:
     return values[indices.column(0).to_numpy(zero_copy_only=False)] if indices is not None else values
 
 
+TORCH_SAMPLED_ROWS = 64
+"""Rows a torch dataset without a ``fingerprint()`` is read for one (every row of a smaller dataset), twice."""
+
+
 class TorchSource(MapSource):
     """Any map-style torch ``Dataset`` (``__getitem__`` + ``__len__``), optionally through an index view."""
 
@@ -164,8 +168,9 @@ class TorchSource(MapSource):
 
     def fingerprint(self) -> str:
         """The dataset's class, its own ``fingerprint()`` (or ``fingerprint`` attribute) where it has one, else a
-        digest of evenly spaced rows, read twice: rows that differ between two reads are augmented at random, and
-        then only the class and the length are used, so that the same data still resume."""
+        digest of :data:`TORCH_SAMPLED_ROWS` evenly spaced rows (every row of a smaller dataset), read twice: rows
+        that differ between two reads are augmented at random, and then only the class and the length are used, so
+        that the same data still resume."""
         dataset = self._user_dataset
         parts = [f"{type(dataset).__module__}.{type(dataset).__qualname__}"]
         own = getattr(dataset, "fingerprint", None)
@@ -178,7 +183,8 @@ class TorchSource(MapSource):
         elif own is not None:
             parts.append(repr(own))
         else:
-            first, second = sampled_rows_digest(self._fetch, len(self)), sampled_rows_digest(self._fetch, len(self))
+            read = [sampled_rows_digest(self._fetch, len(self), TORCH_SAMPLED_ROWS) for _ in range(2)]
+            first, second = read
             parts.append(first if first == second else "rows drawn at random")
         if self.positions is not None:
             parts.append(hashlib.blake2b(self.positions.tobytes(), digest_size=12).hexdigest())

@@ -7,6 +7,7 @@ in the directory must not share a row.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,13 @@ STANDARD_SPLITS = ("train", "val", "test")
 
 
 def split_path(dataset_dir: str | Path, split: str) -> Path:
-    """Where the indices of ``split`` live: ``<dataset_dir>/{split}_idx.pt``."""
+    """Where the indices of ``split`` live: ``<dataset_dir>/{split}_idx.pt``; a split named with a path separator,
+    which would read a file outside ``dataset_dir`` (``../other/train``), is refused."""
+    if not isinstance(split, str) or any(separator in split for separator in {"/", "\\", os.sep, os.altsep or "/"}):
+        raise ValueError(f"split should be the name of a split file in dataset_dir (the file {{split}}{SUFFIX}), "
+                         f"without a path separator, but got split={split!r}, which would read "
+                         f"{Path(dataset_dir) / f'{split}{SUFFIX}'} outside {dataset_dir}; pass the folder that "
+                         f"holds the file as dataset_dir and its name as split")
     return Path(dataset_dir) / f"{split}{SUFFIX}"
 
 
@@ -88,8 +95,9 @@ def load_split_indices(
         An int64 numpy array, in file order (as ``MapSource.view`` takes it).
 
     Raises:
-        ValueError: Missing file (naming the path and the splits present), index out of range (naming it and the
-            size), not 1-D, repeated indices, or overlap between standard splits.
+        ValueError: A split named with a path separator, a missing file (naming the path and the splits present), an
+            empty one, an index out of range (naming it and the size), not 1-D, repeated indices, or overlap between
+            standard splits.
         TypeError: The file holds no integer tensor.
 
     Example:
@@ -105,6 +113,10 @@ def load_split_indices(
         raise ValueError(f"split file not found: {path}; the valid splits in {dataset_dir} are {present or 'none'} "
                          f"(files named {{split}}{SUFFIX})")
     indices = _read(path, split, dataset_size)
+    if not indices.size:
+        raise ValueError(f"split file {path} should hold at least one row index, but got an empty tensor: a loader "
+                         f"over split {split!r} would give 0 batches; rebuild the file with the split's rows, or "
+                         f"delete it and leave the split out")
     if check_overlap and split in STANDARD_SPLITS:
         for other in STANDARD_SPLITS:
             other_path = split_path(dataset_dir, other)

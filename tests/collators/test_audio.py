@@ -24,6 +24,12 @@ def _rows(waves: list[torch.Tensor], **extra: object) -> list[dict]:
     return [{"input_values": wave, **extra} for wave in waves]
 
 
+class Batch(list):
+    """Rows as the engine hands them: with their split and their indices in the data the user gave."""
+
+    role, indices = "train", [4, 9, 11]
+
+
 def scale_by_two(batch: torch.Tensor) -> torch.Tensor:
     return batch * 2
 
@@ -86,6 +92,16 @@ class TestErrors:
         with pytest.raises(ValueError, match="row 0: sampling_rate is 44100 Hz"):
             AudioCollator()([{"input_values": {"array": np.zeros(3), "sampling_rate": 44100}}])
         assert AudioCollator(sample_rate=8000)(rows[1:])["input_values"].shape == (1, 3)
+
+    @pytest.mark.parametrize("features", [None, "log_mel"])
+    def test_an_empty_waveform_is_refused_naming_the_row(self, features) -> None:
+        rows = Batch(_rows([torch.rand(400) - 0.5, torch.zeros(0), torch.zeros(2, 0)[0]]))
+        with pytest.raises(ValueError, match=r"train row 9: 'input_values' should hold at least one sample, but got "
+                                             r"input_values of shape \(0,\) \(an empty waveform"):
+            AudioCollator(features=features)(rows)
+        with pytest.raises(ValueError, match=r"^row 0: 'input_values' should hold at least one sample, but got "
+                                             r"input_values of shape \(2, 0\)"):
+            AudioCollator()([{"input_values": torch.zeros(2, 0)}, {"input_values": torch.zeros(2, 5)}])
 
     def test_mixed_layouts_and_bad_types(self) -> None:
         with pytest.raises(ValueError, match=r"row 1: 'input_values' has shape \(2, 3\) but row 0 has shape \(3,\)"):

@@ -315,3 +315,46 @@ class TestLayoutHints:
         images = [torch.zeros(4, 8, 8, dtype=torch.uint8)] + [torch.zeros(3, 8, 8, dtype=torch.uint8)] * 2
         with pytest.raises(ValueError, match=r"row 0: 'pixel_values' has 4 channel\(s\) where the other images have 3"):
             VisionCollator()(images)
+
+
+class Batch(list):
+    """Rows as the engine hands them: with their split and their indices in the data the user gave."""
+
+    def __init__(self, rows, role):
+        super().__init__(rows)
+        self.role, self.indices = role, [20 + i for i in range(len(rows))]
+
+
+class TestEvaluationImageSize:
+    """Validation, test and prediction images must have the spec's image_size, the size the model trains on."""
+
+    def rows(self, height, width):
+        return [{"pixel_values": torch.zeros(3, height, width, dtype=torch.uint8), "labels": 0}] * 2
+
+    @pytest.mark.parametrize("role", ["val", "test", "predict"])
+    def test_an_evaluation_batch_of_another_size_is_refused_naming_the_transform_to_add(self, role):
+        collate = create_vision_collator(TaskSpec.vision_tiny())
+        assert collate.image_size == (3, 32, 32)
+        with pytest.raises(ValueError, match=rf"^{role} row 20: 'pixel_values' should have the spec's "
+                                             rf"image_size=\[3, 32, 32\] \(the size the model trains on\), but got "
+                                             rf"pixel_values of shape \[3, 24, 20\] in a {role} batch; add "
+                                             r"eval_transform=v2.Compose\(\[v2.Resize\(32\), v2.CenterCrop\(\(32, "
+                                             r"32\)\)\]\)"):
+            collate(Batch(self.rows(24, 20), role))
+
+    def test_training_batches_plain_lists_and_the_right_size_pass(self):
+        collate = create_vision_collator(TaskSpec.vision_tiny())
+        collate(Batch(self.rows(24, 20), "train"))  # a train_transform crops them; not this check's business
+        collate(self.rows(24, 20))  # no split: a plain call
+        assert collate(Batch(self.rows(32, 32), "val"))["pixel_values"].shape == (2, 3, 32, 32)
+        assert VisionCollator(image_size=[32, 32])(Batch(self.rows(32, 32), "test"))["pixel_values"].shape[0] == 2
+        assert VisionCollator()(Batch(self.rows(24, 20), "val"))["pixel_values"].shape == (2, 3, 24, 20)
+
+    @pytest.mark.parametrize("size", [0, [3, 32], [1, 2, 3, 4], "32", True])
+    def test_a_bad_image_size_is_refused(self, size):
+        if size == [3, 32]:
+            assert VisionCollator(image_size=size).image_size == (3, 32)  # [height, width]
+            return
+        with pytest.raises(ValueError, match=r"image_size should be a positive int, \[height, width\] or \[channels, "
+                                             r"height, width\], but got image_size="):
+            VisionCollator(image_size=size)

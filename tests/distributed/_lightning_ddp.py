@@ -41,8 +41,8 @@ if __name__ == "__main__":
     dm = UniversalDataModule(IdRows(), task_spec=SPEC, batch_size=4, val_split=8, seed=5)
     model = Recorder()
     trainer = lightning.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=2, logger=False,
-                                enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                                use_distributed_sampler=False)
+                                enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    # use_distributed_sampler left at Lightning's default: the module turns it off for its own loaders at setup
     trainer.fit(model, datamodule=dm)
     report = {"rank": trainer.global_rank, "train": model.train_ids, "val": model.val_ids}
     (out / f"rank{trainer.global_rank}.json").write_text(json.dumps(report))

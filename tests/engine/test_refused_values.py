@@ -60,7 +60,8 @@ def first_batch_of(dm, role="train"):
 class TestMissingTargets:
     def test_a_transform_that_drops_the_target_is_refused_naming_the_row(self, workers):
         rows = {"pixel_values": [torch.zeros(3, 8, 8, dtype=torch.uint8)] * 16, "labels": [1] * 16}
-        dm = UniversalDataModule(rows, task_spec=TaskSpec.vision_tiny(), batch_size=4, shuffle=False, val_split=4,
+        spec = TaskSpec.vision_tiny().replace(additional_config={"image_size": [3, 8, 8]})  # the val images' size
+        dm = UniversalDataModule(rows, task_spec=spec, batch_size=4, shuffle=False, val_split=4,
                                  train_transform=without_labels, num_workers=workers)
         dm.setup()
         first = int(dm.split_plan.train[0])  # the row's index in the data given, not its position in the split

@@ -96,6 +96,21 @@ class TestGlobalBatch:
         check_compatible(self.identity(1, 16), self.identity(4, 4), elastic=True)
         check_compatible(self.identity(2, 32, "token_budget", 100), self.identity(4, 32, "token_budget", 50),
                          elastic=True)  # batch_size is no batch of a token budget
+        check_compatible(self.identity(2, 32, "packed", 100), self.identity(1, 32, "packed", 200), elastic=True)
+        check_compatible(self.identity(2, 32, "packed", 100), self.identity(4, 32, "packed", 50),
+                         elastic=True)  # nor of packed bins: there it sizes the evaluation batches only
+
+    def test_batch_size_is_not_compared_where_tokens_cut_the_batches(self):
+        for batching in ("token_budget", "packed"):
+            check_compatible(self.identity(2, 32, batching, 100), self.identity(2, 64, batching, 100))
+            check_compatible(self.identity(2, 32, batching, 100), self.identity(2, 64, batching, 100), elastic=True)
+        with pytest.raises(ValueError, match="does not match this data module"):  # another mode: compared
+            check_compatible(self.identity(2, 32, "packed", 100), self.identity(2, 64, "plain", 100))
+
+    def test_packing_keeps_its_global_token_budget_not_a_batch_size(self):
+        with pytest.raises(ValueError, match=r"max_tokens x world_size\) was 200 \(100 x 2\).*Resume with "
+                                             r"max_tokens=200 \(200 / 1 ranks\)"):
+            check_compatible(self.identity(2, 32, "packed", 100), self.identity(1, 32, "packed", 100), elastic=True)
 
     def test_another_global_batch_names_the_per_rank_batch_to_pass(self):
         with pytest.raises(ValueError, match=r"global batch \(batch_size x world_size\) was 16 \(8 x 2\) when saved "
@@ -106,6 +121,8 @@ class TestGlobalBatch:
         with pytest.raises(ValueError, match=r"max_tokens x world_size\) was 200.*Resume with max_tokens=50"):
             check_compatible(self.identity(2, 32, "token_budget", 100), self.identity(4, 32, "token_budget", 100),
                              elastic=True)
+        with pytest.raises(ValueError, match=r"max_tokens x world_size\) was 200.*Resume with max_tokens=200"):
+            check_compatible(self.identity(2, 8, "packed", 100), self.identity(1, 16, "packed", 100), elastic=True)
 
     def test_without_elastic_the_ranks_must_match(self):
         with pytest.raises(ValueError, match="world_size was 2 when saved and is 1 now"):

@@ -42,3 +42,60 @@ class TestPlanSplits:
     def test_split_of_wrong_type(self):
         with pytest.raises(TypeError, match="val_split should be a fraction in"):
             plan_splits(10, val_split="10%")
+
+
+class TestStratified:
+    """stratify=True: val_split and test_split take every class in proportion, as datasets' train_test_split(
+    stratify_by_column=...), and stay a seeded function of the seed."""
+
+    LABELS = np.array([0] * 80 + [1] * 15 + [2] * 5)
+
+    def test_each_split_takes_every_class_in_proportion(self):
+        plan = plan_splits(100, val_split=0.2, test_split=0.1, seed=3, labels=self.LABELS)
+        assert np.bincount(self.LABELS[plan.val]).tolist() == [16, 3, 1]
+        assert np.bincount(self.LABELS[plan.test], minlength=3).tolist() == [8, 2, 0]  # 8, 1.5, 0.5: ties to class 1
+        assert sorted(np.concatenate([plan.train, plan.val, plan.test]).tolist()) == list(range(100))
+        plain = plan_splits(100, val_split=0.2, test_split=0.1, seed=3)
+        assert np.bincount(self.LABELS[plain.val], minlength=3).tolist() != [16, 3, 1]  # not by chance here
+
+    def test_the_plan_is_a_seeded_function_of_the_seed(self):
+        one, again = (plan_splits(100, val_split=0.2, seed=5, labels=self.LABELS) for _ in range(2))
+        other = plan_splits(100, val_split=0.2, seed=6, labels=self.LABELS)
+        assert one.fingerprint == again.fingerprint != other.fingerprint
+        assert np.bincount(self.LABELS[other.val]).tolist() == [16, 3, 1]
+
+    def test_the_module_stratifies_its_val_split_by_the_specs_label(self):
+        import datasets
+        import torch
+
+        from engine import UniversalDataModule
+        from task_spec import TaskSpec
+
+        spec = TaskSpec.cls_tiny().replace(additional_config={"num_classes": 3})
+        rows = datasets.Dataset.from_dict({"input_ids": [[5, 6, 7]] * 100, "labels": self.LABELS.tolist()})
+        dm = UniversalDataModule(rows, task_spec=spec, val_split=0.2, stratify=True, seed=3, batch_size=4)
+        dm.setup()
+        assert np.bincount(self.LABELS[dm.split_plan.val]).tolist() == [16, 3, 1]
+        tensors = torch.utils.data.StackDataset(input_ids=[torch.tensor([5, 6, 7])] * 100,
+                                                labels=torch.from_numpy(self.LABELS))
+        by_rows = UniversalDataModule(tensors, task_spec=spec, val_split=0.2, stratify=True, seed=3, batch_size=4)
+        by_rows.setup()  # a torch dataset: each row's label read once
+        assert np.array_equal(by_rows.split_plan.val, dm.split_plan.val)
+
+    @pytest.mark.parametrize(("spec", "options", "match"), [
+        ("cls_tiny", {}, r"stratify=True stratifies the rows val_split and test_split cut from train_data, but got "
+                         r"val_split=0.0 and test_split=0.0; pass val_split=\.\.\."),
+        ("lm_tiny", {"val_split": 0.2}, r"stratify=True .* needs a classification task whose spec names its label "
+                                        r"\(target_field\), but got task_type='causal_lm'"),
+        ("cls_tiny", {"val_split": 0.2, "stratify": "labels"}, r"stratify should be a bool, but got "
+                                                               r"stratify='labels'"),
+    ])
+    def test_stratify_where_it_cannot_apply_is_refused(self, spec, options, match):
+        import torch
+
+        from engine import UniversalDataModule
+        from task_spec import TaskSpec
+
+        rows = {"input_ids": [torch.tensor([5, 6, 7])] * 10, "labels": [0, 1] * 5}
+        with pytest.raises((ValueError, TypeError), match=match):
+            UniversalDataModule(rows, task_spec=getattr(TaskSpec, spec)(), **{"stratify": True, **options})

@@ -5,6 +5,8 @@ fresh every epoch, and never the training augmentation on the validation split."
 import hashlib
 import pickle
 import random
+import sys
+import types
 
 import numpy as np
 import pytest
@@ -228,6 +230,20 @@ class TestErrors:
                                             r"to each worker by pickling, but it cannot be pickled"):
             UniversalDataModule(indexed_rows(), task_spec=LM, num_workers=2, eval_transform=lambda row: row)
 
+    def test_a_transform_of_a_notebook_is_refused_under_spawn_naming_it_and_the_fix(self, monkeypatch):
+        notebook = types.ModuleType("__main__")  # no __file__, no __spec__: as in Jupyter, python -c or stdin
+
+        def shift(row):
+            return row
+
+        shift.__module__, shift.__qualname__, notebook.shift = "__main__", "shift", shift
+        monkeypatch.setitem(sys.modules, "__main__", notebook)
+        with pytest.raises(TypeError, match=r"the train_transform should be importable by the workers that "
+                                            r"num_workers=2 starts with the 'spawn' start method, but it refers to "
+                                            r"shift, defined in __main__, which has no file here"):
+            UniversalDataModule(indexed_rows(), task_spec=LM, num_workers=2, multiprocessing_context="spawn",
+                                train_transform=shift)
+
     def test_a_stream_refuses_a_train_transform(self):
         import datasets
 
@@ -298,3 +314,23 @@ class TestATransformThatReturnsNone:
         with pytest.raises(TypeError, match=rf"eval_transform should return the row, but got None from "
                                             rf"eval_transform\(row\) on row {first} of the val data"):
             next(iter(dm.val_dataloader()))
+
+
+def doubles_in_place(row):
+    row["pixel_values"].mul_(2)
+    return row
+
+
+class TestATransformThatChangesTheStoredRowInPlace:
+    """A transform that writes into a tensor the data holds would change the rows of every later epoch: refused at
+    the first row it changes, naming the row, the split, the key and the fix (rows made afresh by each read may be
+    changed)."""
+
+    def test_an_image_tensor_of_a_dict_of_columns_is_refused(self):
+        pictures = {"pixel_values": [torch.full((3, 4, 4), 0.25)] * 8, "labels": [0, 1] * 4}
+        dm = UniversalDataModule(pictures, task_spec=TaskSpec.vision_tiny(), batch_size=4, shuffle=False,
+                                 train_transform=doubles_in_place)
+        with pytest.raises(ValueError, match=r"train_transform should return new values and leave the row it is "
+                                             r"given as it is, but got train_transform\(row\) changing "
+                                             r"row\['pixel_values'\] of row 0 of the train data in place"):
+            next(iter(dm.train_dataloader()))

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import numpy as np
+
 DECODE_BYTES = 1 << 18
 """Decoded bytes of one record batch written to a cache file (rows of a row group at its average row size)."""
 
@@ -136,3 +138,66 @@ def write_cache_file(path: Path, stored: StoredRowGroup | Any, index: int) -> No
         finally:
             batches = None
             pa.default_memory_pool().release_unused()
+
+
+def save_array(path: Path, array: np.ndarray) -> None:
+    """Write ``array`` to ``path`` (``.npy``) through a scratch file renamed into place, so a reader never sees half
+    of it (row lengths and token counts kept beside the cache)."""
+    import uuid
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_name(f".{path.stem}.{uuid.uuid4().hex}.npy")
+    np.save(scratch, array)
+    scratch.replace(path)
+
+
+class RaggedView(NamedTuple):
+    """Where each row of a list column of a cached row group lies in ``values``, a numpy view of the memory-mapped
+    file (no copy): one view over the file's record batches, ``offsets`` likewise; per batch, ``bounds`` (its first
+    row, and the end), ``shift`` (a row's index in ``offsets`` minus its row) and ``base`` (its first value)."""
+
+    values: Any
+    offsets: Any
+    bounds: Any
+    shift: Any
+    base: Any
+
+    def spans(self, rows: Any) -> tuple[Any, Any]:
+        """``(starts, ends)`` (int64) of ``rows`` (numbers within the row group) in :attr:`values`."""
+        batch = np.searchsorted(self.bounds, rows, side="right") - 1
+        positions = rows + self.shift[batch]
+        base = self.base[batch]
+        return self.offsets[positions].astype(np.int64) + base, self.offsets[positions + 1].astype(np.int64) + base
+
+
+def ragged_view(column: Any) -> RaggedView | None:
+    """A :class:`RaggedView` of a list-of-integers column without nulls, else None."""
+    from engine.sources._arrow_buffers import list_of_ints, shared_view
+
+    if not list_of_ints(column):
+        return None
+    chunks = [chunk for chunk in column.chunks if len(chunk)] or column.chunks[:1]
+    values = [chunk.values.to_numpy(zero_copy_only=False) for chunk in chunks]
+    offsets = [chunk.offsets.to_numpy() for chunk in chunks]
+    bounds = np.cumsum([0] + [len(chunk) for chunk in chunks], dtype=np.int64)
+    if len(chunks) == 1:
+        zero = np.zeros(1, dtype=np.int64)
+        return RaggedView(values[0], offsets[0], bounds, zero, zero)
+    value_views = shared_view(values, [chunk.values.buffers()[1] for chunk in chunks])
+    offset_views = shared_view(offsets, [chunk.offsets.buffers()[1] for chunk in chunks])
+    if value_views is None or offset_views is None:  # not one mapping (never for a cache file): one copy
+        import pyarrow as pa
+
+        return ragged_view(pa.chunked_array([column.combine_chunks()]))
+    (whole_values, base), (whole_offsets, offset_base) = value_views, offset_views
+    return RaggedView(whole_values, whole_offsets, bounds, offset_base - bounds[:-1], base)
+
+
+def sync_file(path: Path) -> None:
+    """Write ``path``'s pages to disk: the file is whole after a crash, and its pages are clean page cache that the
+    OS may drop, no longer dirty pages charged to the process that wrote them (a loader worker) until written back."""
+    descriptor = os.open(path, os.O_RDWR)
+    try:
+        getattr(os, "fdatasync", os.fsync)(descriptor)
+    finally:
+        os.close(descriptor)

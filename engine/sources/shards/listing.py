@@ -2,8 +2,8 @@
 
 :class:`Shards` is what a user gives (a URL or path, or a list of them, with the ``storage_options`` of the
 store); :func:`list_shards` turns it into a :class:`ShardListing`: every file with its size and version (ETag, or
-size and modification time for local files) and every row group with its row count, read from the Parquet footers
-alone (no row is read). The listing is a few arrays of one entry per row group, so the parent's state does not
+for local files a hash of the content's ends) and every row group with its row count, read from the footers alone
+(no row is read). The listing is a few arrays of one entry per row group, so the parent's state does not
 grow with the number of rows, and its fingerprint names the corpus in a saved state.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -20,7 +20,9 @@ from typing import Any
 import numpy as np
 
 from engine.core.checks import check_int
-from engine.sources.shards.object_stores import ArrowStore, adlfs_only, arrow_store, gcsfs_only, s3fs_only
+from engine.sources.shards import ipc_index
+from engine.sources.shards.filesystems import filesystem, keep_models
+from engine.sources.shards.object_stores import ArrowStore
 
 SHARD_SUFFIXES = {".parquet": "parquet", ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow"}
 """The file kinds a shard may be, by suffix: Parquet, or Arrow IPC (the file or the stream format)."""
@@ -87,6 +89,10 @@ class Shards:
         check_int("cache_bytes", self.cache_bytes, minimum=1)
         check_int("shuffle_window", self.shuffle_window, minimum=1)
         check_int("retries", self.retries, minimum=0)
+        if self.cache_dir is not None and os.path.exists(self.cache_dir) and not os.path.isdir(self.cache_dir):
+            raise NotADirectoryError(f"Shards' cache_dir should be a folder, but cache_dir="
+                                     f"{os.fspath(self.cache_dir)!r} is a file; name a folder (it is created if "
+                                     f"missing), or remove that file")
         if not isinstance(self.retry_wait, (int, float)) or self.retry_wait < 0:
             raise ValueError(f"retry_wait should be a non-negative number of seconds, but got "
                              f"retry_wait={self.retry_wait!r}")
@@ -116,6 +122,9 @@ class ShardListing:
     schema: Any
     protocol: str = "file"
     _fingerprint: str | None = field(default=None, repr=False)
+    batch_offsets: dict[int, list[int]] = field(default_factory=dict, repr=False)
+    """``{shard: offset of each record batch}`` of the Arrow IPC shards in the stream format (which has no footer to
+    find a batch by), so a row group is read from its offset, not from the stream's start."""
 
     @property
     def num_rows(self) -> int:
@@ -144,76 +153,44 @@ class ShardListing:
         return name if self.protocol == "file" or "://" in name else f"{self.protocol}://{name}"
 
 
-def filesystem(shards: Shards, *, own_retries: bool = False) -> tuple[Any, list[str]]:
-    """``(filesystem, paths)`` of ``shards``' URLs (one store for all of them): ``s3://``, ``gs://``, ``az://`` through
-    pyarrow's own clients (:func:`~engine.sources.shards.object_stores.arrow_store`) when every storage option has an
-    equivalent there, else through ``fsspec`` (s3fs, gcsfs, adlfs, ...).
-
-    ``own_retries``: a filesystem of its own (not fsspec's shared instance) that makes each request once, for a
-    caller that retries and counts attempts itself (the client would otherwise retry some errors unseen)."""
-    import fsspec
-
-    store = arrow_store(shards.url_list, shards.storage_options, own_retries=own_retries)
-    if store is not None:
-        return store
-    options = dict(shards.storage_options or {}, **({"skip_instance_cache": True} if own_retries else {}))
-    systems, paths = [], []
-    for url in shards.url_list:
-        try:
-            system, path = fsspec.core.url_to_fs(url, **options)
-        except ImportError as error:
-            scheme = url.split("://", 1)[0].lower()
-            needs = {"s3": ("S3", s3fs_only, "s3fs: pip install 'universal-datamodule[s3]'"),
-                     "gs": ("GCS", gcsfs_only, "gcsfs: pip install gcsfs"),
-                     "gcs": ("GCS", gcsfs_only, "gcsfs: pip install gcsfs"),
-                     "az": ("Azure", adlfs_only, "adlfs: pip install adlfs"),
-                     "abfs": ("Azure", adlfs_only, "adlfs: pip install adlfs")}.get(scheme)
-            raise ImportError(f"reading {url!r} needs fsspec's backend for its scheme ({error})" + (
-                f": storage options {needs[1](shards.storage_options)} have no equivalent in pyarrow's {needs[0]} "
-                f"client, so they need {needs[2]}, or leave them out" if needs else "")) from error
-        systems.append(system)
-        paths.append(path)
-    if len({type(system) for system in systems}) > 1:
-        raise ValueError(f"Shards' urls should all be in one store, but got {shards.url_list[:4]}")
-    if own_retries and isinstance(getattr(systems[0], "retries", None), int):
-        systems[0].retries = 1  # s3fs counts attempts: one, no retry of its own
-    _share_models(systems[0])
-    return systems[0], paths
-
-
-_MODELS: dict[str, Any] = {}
-"""``{"loader": botocore's data loader}`` of the first S3 client this process connected (inherited by the loader
-workers it forks): the service models it parsed, which a new session would parse again."""
-
-
-def _share_models(system: Any) -> None:
-    """Give an s3fs filesystem that has no session yet one whose service models come from :data:`_MODELS`: each
-    reader's filesystem (one per process, the loader workers' included) then connects without parsing them again,
-    on the way to its first fetch. Other filesystems, or no models yet, are left as they are."""
-    loader = _MODELS.get("loader")
-    if loader is None or getattr(system, "session", False) is not None or not isinstance(
-            getattr(system, "kwargs", None), dict):
-        return
-    from aiobotocore.session import AioSession
-
-    session = AioSession(**system.kwargs)  # as s3fs makes its own
-    session.register_component("data_loader", loader)
-    system.session = session
-
-
-def _keep_models(system: Any) -> None:
-    """Keep the data loader of ``system``'s session (an s3fs filesystem that has connected) in :data:`_MODELS`."""
-    session = getattr(system, "session", None)
-    if "loader" not in _MODELS and hasattr(session, "get_component"):
-        _MODELS["loader"] = session.get_component("data_loader")
+def named_error(error: BaseException, message: str) -> Exception:
+    """An exception of ``error``'s own type whose text is ``message`` and ``error``'s, so ``except OSError`` (or
+    ``PermissionError``) still works; an ``OSError`` when that type takes other arguments (botocore's)."""
+    text = f"{message} ({type(error).__name__}: {error})"
+    try:
+        return type(error)(text)
+    except Exception:
+        return OSError(text)
 
 
 def _kind(path: str) -> str | None:
     return SHARD_SUFFIXES.get(os.path.splitext(path)[1].lower())
 
 
+IGNORED_PREFIXES = (".", "_")
+"""Names skipped below a folder or glob, as ``pyarrow.dataset`` skips them (its ``ignore_prefixes`` default): hidden
+files and the leftovers of Spark, Ray and Hadoop writers (``_temporary/``, ``_SUCCESS``, ``_committed_*``)."""
+
+
+def _skipped(match: str, base: str) -> bool:
+    """Whether ``match``, found below ``base`` (the folder searched, or a glob's fixed part), has a name below it
+    starting with one of :data:`IGNORED_PREFIXES`. A file named as such is never skipped."""
+    base = base.rstrip("/")
+    relative = match[len(base):] if base and match.startswith(base + "/") else ""
+    return any(part.startswith(IGNORED_PREFIXES) for part in relative.split("/") if part)
+
+
+def _glob_base(path: str) -> str:
+    """The folders of a glob before its first wildcard (``bucket/corpus`` of ``bucket/corpus/*/part-*.parquet``)."""
+    parts = path.split("/")
+    fixed = next(i for i, part in enumerate(parts) if any(char in part for char in "*?["))
+    return "/".join(parts[:fixed])
+
+
 def _expand(system: Any, paths: list[str], urls: list[str]) -> list[str]:
-    """The shard files that ``paths`` name: files as given, globs expanded, folders searched, in name order."""
+    """The shard files that ``paths`` name: files as given, globs expanded, folders searched, in name order.
+    Below a folder or glob, names starting with ``.`` or ``_`` are skipped (:data:`IGNORED_PREFIXES`); a file
+    named twice (a folder and a file in it) is refused."""
     found: list[str] = []
     for path, url in zip(paths, urls):
         pattern = any(char in path for char in "*?[")
@@ -221,13 +198,23 @@ def _expand(system: Any, paths: list[str], urls: list[str]) -> list[str]:
         if not matches and not pattern and not system.exists(path):
             raise FileNotFoundError(f"no such file or folder: {url!r}; Shards should name Parquet or Arrow files, a "
                                     f"folder or prefix holding them, or a glob")
-        files = [match for match in matches if _kind(match)]
+        base = _glob_base(path) if pattern else path
+        kept = [match for match in matches if not _skipped(match, base)]
+        files = [match for match in kept if _kind(match)]
         if not files:
-            others = sorted({os.path.splitext(match)[1] or match for match in matches})[:5]
+            others = sorted({os.path.splitext(match)[1] or match for match in kept})[:5]
+            skipped = len(matches) - len(kept)
             raise ValueError(f"{url!r} holds no shard: Shards read {', '.join(SHARD_SUFFIXES)} files, but found "
-                             f"{others or 'nothing'}; write the corpus as Parquet (dataset.to_parquet, "
-                             f"df.to_parquet, ray's write_parquet)")
+                             f"{others or 'nothing'}" + (f" (and skipped {skipped} file(s) whose names below it "
+                                                          f"start with '.' or '_', as pyarrow.dataset does)"
+                                                          if skipped else "")
+                             + "; write the corpus as Parquet (dataset.to_parquet, df.to_parquet, ray's "
+                               "write_parquet)")
         found.extend(files)
+    if len(set(found)) < len(found):
+        twice = next(file for file, count in Counter(found).items() if count > 1)
+        raise ValueError(f"the shard {twice!r} is named twice by Shards' urls {urls[:6]} (a folder and a file in it, "
+                         f"or two globs that match it): its rows would be read twice; name each file once")
     kinds = {_kind(path) for path in found}
     if len(kinds) > 1:
         raise ValueError(f"Shards should be of one kind, but got both Parquet and Arrow files (e.g. {found[0]!r} "
@@ -242,25 +229,34 @@ workers forked from it read their row groups without reading those footers again
 KEPT_FOOTERS = 64
 
 
-def _read_footer(system: Any, path: str, kind: str) -> tuple[list[int], Any, int, str]:
-    """``(row counts of the row groups, schema, size, version)`` of one shard, reading its footer only."""
+def _read_footer(system: Any, path: str, kind: str) -> tuple[list[int], Any, int, str, list[int] | None]:
+    """``(row counts of the row groups, schema, size, version, record batch offsets)`` of one shard, reading its
+    footer only (an Arrow IPC file's footer and batches' metadata; a stream's messages' metadata, whose record
+    batches' offsets are returned; None for other shards)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     with system.open(path, "rb") as handle:
         info = opened_info(system, path, handle)
-        size, version = int(info.get("size") or 0), file_version(info)
+        size, version = int(info.get("size") or 0), file_version(info, handle)
         if kind == "parquet":
             metadata = pq.ParquetFile(handle).metadata
             FOOTERS[(path, version)] = metadata
             while len(FOOTERS) > KEPT_FOOTERS:
                 FOOTERS.popitem(last=False)
             rows = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
-            return rows, metadata.schema.to_arrow_schema(), size, version
+            return rows, metadata.schema.to_arrow_schema(), size, version, None
         reader = open_ipc(handle)
-        batches = [reader.get_batch(i) for i in range(reader.num_record_batches)] if isinstance(
-            reader, pa.ipc.RecordBatchFileReader) else list(reader)
-        return [batch.num_rows for batch in batches], reader.schema, size, version
+        if isinstance(reader, pa.ipc.RecordBatchFileReader):
+            counted = ipc_index.file_rows(handle, size)
+            if counted is None or len(counted) != reader.num_record_batches:  # not as the format says: read them
+                counted = [reader.get_batch(i).num_rows for i in range(reader.num_record_batches)]
+            return counted, reader.schema, size, version, None
+        index = ipc_index.stream_index(handle)
+        if index is None:  # dictionary batches: the batches are read in order, from the start
+            handle.seek(0)
+            return [batch.num_rows for batch in open_ipc(handle)], reader.schema, size, version, None
+        return index[0], reader.schema, size, version, index[1]
 
 
 def opened_info(system: Any, path: str, handle: Any) -> dict[str, Any]:
@@ -284,13 +280,40 @@ def open_ipc(handle: Any) -> Any:
         return pa.ipc.open_stream(handle)
 
 
-def file_version(info: dict[str, Any]) -> str:
-    """What changes when a file is replaced: its generation (GCS) or ETag in object storage, else its size and
-    modification time."""
+def file_version(info: dict[str, Any], handle: Any = None) -> str:
+    """What changes when a file is replaced: its generation (GCS) or ETag in object storage; else (a local file)
+    its size and a hash of its end and start (:func:`content_digest`), read from ``handle``. Not its modification
+    time: ``cp -p`` and ``rsync -a`` keep it over new content, and a copy on another machine has another one."""
     for key in ("generation", "ETag", "etag", "md5Hash", "version_id", "VersionId"):
         if info.get(key):
             return str(info[key]).strip('"')
-    return f"{info.get('size')}:{info.get('mtime') or info.get('LastModified') or info.get('last_modified')}"
+    if handle is None:
+        return f"{info.get('size')}:{info.get('mtime') or info.get('LastModified') or info.get('last_modified')}"
+    return f"{info.get('size')}:{content_digest(handle, int(info.get('size') or 0))}"
+
+
+EDGE_BYTES = 64 * 2**10
+"""Bytes hashed at each end of a file without an ETag, beyond a Parquet footer (:func:`content_digest`)."""
+
+
+def content_digest(handle: Any, size: int) -> str:
+    """A hash of a file's content that is cheap to read: a Parquet file's whole footer (the metadata, whose row
+    groups' offsets, sizes and column statistics change with the data) and its last and first 64 KiB; an Arrow IPC
+    file's last and first 64 KiB (its footer, its schema and the edges of its data). ``handle`` is left at 0."""
+    digest = hashlib.blake2b(digest_size=10)
+    tail = min(size, EDGE_BYTES)
+    handle.seek(size - tail)
+    end = handle.read(tail)
+    digest.update(end)
+    if end[-4:] == b"PAR1" and len(end) >= 8:  # the footer's length precedes the magic
+        footer = int.from_bytes(end[-8:-4], "little") + 8
+        if tail < footer <= size:
+            handle.seek(size - footer)
+            digest.update(handle.read(footer - tail))
+    handle.seek(0)
+    digest.update(handle.read(min(size - tail, EDGE_BYTES)))
+    handle.seek(0)
+    return digest.hexdigest()
 
 
 def list_shards(shards: Shards) -> ShardListing:
@@ -300,21 +323,53 @@ def list_shards(shards: Shards) -> ShardListing:
         FileNotFoundError: a path or URL that names nothing.
         ValueError: no shard file found, shards of two kinds, a shard with no rows, or shards whose columns differ.
     """
-    system, paths = filesystem(shards)
-    files = _expand(system, paths, shards.url_list)
+    try:
+        system, paths = filesystem(shards)
+        files = _expand(system, paths, shards.url_list)
+    except (FileNotFoundError, ValueError, ImportError, TypeError):  # named already, with the fix
+        raise
+    except Exception as error:
+        raise named_error(error, f"listing {shards.url_list[:4]} failed: check the URL, the store's credentials "
+                                 f"and permissions and its endpoint (storage_options), and the network; a store "
+                                 f"that does not answer fails after its timeouts (config_kwargs connect_timeout, "
+                                 f"read_timeout)") from error
     kinds = [_kind(path) or "parquet" for path in files]
-    with ThreadPoolExecutor(max_workers=min(16, len(files))) as pool:
-        footers = list(pool.map(lambda item: _read_footer(system, *item), zip(files, kinds)))
-    _keep_models(system)
     protocol = system.protocol if isinstance(system.protocol, str) else system.protocol[0]
+
+    def footer(path: str, kind: str) -> tuple[list[int], Any, int, str, list[int] | None]:
+        import pyarrow as pa
+
+        url = path if protocol == "file" or "://" in path else f"{protocol}://{path}"
+        try:
+            return _read_footer(system, path, kind)
+        except FileNotFoundError as error:
+            raise FileNotFoundError(f"shard {url!r} was listed but could not be opened ({error}); the corpus "
+                                    f"changed while it was listed: list it again") from error
+        except (pa.ArrowInvalid, OSError) as error:
+            if not isinstance(error, pa.ArrowInvalid) and "thrift" not in str(error).lower():
+                raise named_error(error, f"reading the footer of shard {url!r} failed: check the store's "
+                                         f"credentials and permissions, and the network") from error
+            # no Parquet or Arrow IPC file (ArrowInvalid), or a damaged footer (Parquet's: "Couldn't deserialize
+            # thrift", an OSError)
+            kinds_text = "Parquet" if kind == "parquet" else "Arrow IPC"
+            raise ValueError(f"shard {url!r} is not a readable {kinds_text} file ({type(error).__name__}: {error}); "
+                             f"its footer is damaged or it is another kind of file with a {kinds_text} name: "
+                             f"rewrite it, or move it out of the corpus") from error
+        except Exception as error:
+            raise named_error(error, f"reading the footer of shard {url!r} failed: check the store's credentials "
+                                     f"and permissions, and the network") from error
+
+    with ThreadPoolExecutor(max_workers=min(16, len(files))) as pool:
+        footers = list(pool.map(lambda item: footer(*item), zip(files, kinds)))
+    keep_models(system)
     schema = footers[0][1]
-    for path, (_, other, _, _) in zip(files, footers):
+    for path, (_, other, _, _, _) in zip(files, footers):
         if not other.equals(schema):
             raise ValueError(f"every shard should have the columns of the first ({files[0]!r}: "
                              f"{', '.join(f'{f.name}: {f.type}' for f in schema)}), but {path!r} has "
                              f"{', '.join(f'{f.name}: {f.type}' for f in other)}; write the shards with one schema")
     group_shard, group_index, counts = [], [], []
-    for shard, (rows, _, _, _) in enumerate(footers):
+    for shard, (rows, _, _, _, _) in enumerate(footers):
         for index, count in enumerate(rows):
             if count:
                 group_shard.append(shard)
@@ -326,4 +381,5 @@ def list_shards(shards: Shards) -> ShardListing:
         shards=shards, files=files, kinds=kinds, versions=[footer[3] for footer in footers],
         sizes=[footer[2] for footer in footers], group_shard=np.asarray(group_shard, dtype=np.int32),
         group_index=np.asarray(group_index, dtype=np.int32),
-        group_start=np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]), schema=schema, protocol=protocol)
+        group_start=np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]), schema=schema, protocol=protocol,
+        batch_offsets={shard: footer[4] for shard, footer in enumerate(footers) if footer[4] is not None})

@@ -191,7 +191,8 @@ def s3_store(options: dict[str, Any], bucket: str, *, retries: int | None = None
     from pyarrow import fs
 
     options = dict(options)
-    attempts = options.pop("retries", 2) + 1 if retries is None else retries + 1
+    given = options.pop("retries", 2)  # the options' retries: the listing's; a reader's are its own (0 here)
+    attempts = given + 1 if retries is None else retries + 1
     if not ({"region", "endpoint_override"} & set(options) or os.environ.get("AWS_REGION")
             or os.environ.get("AWS_DEFAULT_REGION")):
         options["region"] = fs.resolve_s3_region(bucket)  # as s3fs finds a bucket's region

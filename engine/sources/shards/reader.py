@@ -24,10 +24,18 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from engine.sources.shards import decode as shard_decode
-from engine.sources.shards.listing import FOOTERS, ShardListing, file_version, filesystem, open_ipc, opened_info
+from engine.sources.shards.filesystems import filesystem
+from engine.sources.shards.listing import (
+    FOOTERS,
+    ShardListing,
+    file_version,
+    named_error,
+    open_ipc,
+    opened_info,
+)
 from engine.sources.shards.object_stores import arrow_transient
 
 OPEN_GROUPS = 64
@@ -100,7 +108,7 @@ class RowGroupReader:
         self._open: OrderedDict[int, Any] = OrderedDict()
         self._pid = os.getpid()
         self._pending: dict[int, Future[Any]] = {}
-        self._ragged: dict[tuple[int, str], RaggedView | None] = {}
+        self._ragged: dict[tuple[int, str], shard_decode.RaggedView | None] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._footers: OrderedDict[int, Any] = OrderedDict()  # Parquet footers of the shards fetched from
         self.stats: Counter[str] = Counter()
@@ -156,12 +164,12 @@ class RowGroupReader:
                 self._ragged.pop((closed, name), None)
         return table
 
-    def ragged(self, group: int, column: str) -> RaggedView | None:
-        """A :class:`RaggedView` of ``column`` in row group ``group`` (numpy views of the memory-mapped file), or None
-        when the column is not lists of integers without nulls."""
+    def ragged(self, group: int, column: str) -> shard_decode.RaggedView | None:
+        """A :class:`~engine.sources.shards.decode.RaggedView` of ``column`` in row group ``group`` (numpy views of
+        the memory-mapped file), or None when the column is not lists of integers without nulls."""
         key = (group, column)
         if key not in self._ragged:
-            self._ragged[key] = _ragged_view(self.table(group).column(column))
+            self._ragged[key] = shard_decode.ragged_view(self.table(group).column(column))
         return self._ragged[key]
 
     def read_ahead(self, groups: list[int]) -> None:
@@ -186,7 +194,7 @@ class RowGroupReader:
         this process (:func:`~engine.sources.shards.decode.write_cache_file`), which gives its buffers back to the
         OS before the next starts. A loader worker's private memory then holds one decode's buffers at most."""
         shard, index = int(self.listing.group_shard[group]), int(self.listing.group_index[group])
-        self.folder.mkdir(parents=True, exist_ok=True)
+        make_cache_folder(self.folder)
         with shard_decode.claimed(path):
             if path.exists():
                 return False
@@ -210,20 +218,35 @@ class RowGroupReader:
         return True
 
     def _mapped(self, path: Path) -> Any:
+        """The cache file ``path`` memory-mapped, or None when it is not there. A file that does not read whole (cut
+        short or damaged on disk: every file is written whole before it is renamed into place) is removed, so that
+        its row group is fetched again."""
         import pyarrow as pa
 
         try:
             with pa.memory_map(str(path)) as source:
                 table = pa.ipc.open_file(source).read_all()
             os.utime(path)  # the least recently used leave first
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # not cached (a cache_dir under a file is named in _cache)
+            return None
+        except (pa.ArrowInvalid, OSError) as error:
+            log.warning("the shard cache file %s is damaged (%s: %s); removed, its row group is fetched again",
+                        path, type(error).__name__, error)
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+            except OSError as failed:
+                raise OSError(f"the shard cache file {path} is damaged ({type(error).__name__}: {error}) and could "
+                              f"not be removed ({failed}); delete it (or the cache folder {self.folder}) and run "
+                              f"again") from error
             return None
         return table
 
     def _store(self, path: Path, scratch: Path) -> None:
         """Put the written file ``scratch`` in place as ``path`` (on disk before it is renamed into place: readers, and
         a run after a crash, never see half of one), then remove the least recently used files past the budget."""
-        _sync(scratch)
+        shard_decode.sync_file(scratch)
         os.replace(scratch, path)
         self._evict(keep=path)
 
@@ -269,17 +292,21 @@ class RowGroupReader:
                                            lambda first, last: self.system.cat_file(path, start=first, end=last))
 
     def lengths(self, group: int, column: str) -> Any:
-        """The list lengths of ``column`` in row group ``group``: from the cache when the row group is there, else
-        reading only that column (Parquet; an Arrow shard's row group is fetched whole and cached)."""
+        """The list lengths of ``column`` in row group ``group`` (read as :meth:`column` reads it)."""
         import pyarrow.compute as pc
 
+        return pc.list_value_length(self.column(group, column)).to_numpy(zero_copy_only=False)
+
+    def column(self, group: int, column: str) -> Any:
+        """Column ``column`` of row group ``group``: from the cache when the row group is there, else reading only
+        that column (Parquet; an Arrow shard's row group is fetched whole and cached)."""
         table = self._open.get(group) or self._mapped(self.cache_path(group))
         shard, index = int(self.listing.group_shard[group]), int(self.listing.group_index[group])
         if table is None and self.listing.kinds[shard] == "parquet":
             table = self._with_retries(group, lambda: self._read(shard, index, column))
         elif table is None:
             table = self.table(group)
-        return pc.list_value_length(table.column(column)).to_numpy(zero_copy_only=False)
+        return table.column(column)
 
     def _with_retries(self, group: int, read: Callable[[], Any]) -> Any:
         """``read()`` of row group ``group``, with exponential backoff after a transient failure; a persistent one
@@ -290,9 +317,15 @@ class RowGroupReader:
         for attempt in range(1, attempts + 1):
             try:
                 return read()
+            except (ShardChanged, FileNotFoundError):  # named by _opened, with the fix
+                raise
             except Exception as error:  # sorted into transient (retried) and not (raised) below
                 if not is_transient(error):
-                    raise
+                    raise named_error(error, f"reading row group {index} of shard {self.listing.url(shard)!r} "
+                                             f"failed, and another attempt cannot change it: check the store's "
+                                             f"credentials and permissions (HTTP 403), that the object is there "
+                                             f"(404), and that the shard is a whole {self.listing.kinds[shard]} "
+                                             f"file (rewrite it, or remove it from the corpus)") from error
                 if attempt == attempts:
                     raise OSError(
                         f"reading row group {index} of shard {self.listing.url(shard)!r} failed {attempts} times "
@@ -317,7 +350,7 @@ class RowGroupReader:
                                     f"read: restore the shard, or build the data module again to list the corpus "
                                     f"anew (a saved state of the old corpus will then be refused)") from None
         with handle:
-            version = file_version(opened_info(self.system, self.listing.files[shard], handle))
+            version = file_version(opened_info(self.system, self.listing.files[shard], handle), handle)
             if version != self.listing.versions[shard]:
                 raise ShardChanged(f"shard {url!r} changed since it was listed (version "
                                    f"{self.listing.versions[shard]!r}, now {version!r}); its rows would not be the "
@@ -337,64 +370,22 @@ class RowGroupReader:
                 return pq.ParquetFile(handle).read_row_group(index, columns=None if column is None else [column],
                                                              use_threads=False)
         with self._opened(shard) as handle:
+            offsets = self.listing.batch_offsets.get(shard)
+            if offsets is not None:  # a stream: its batch read from its offset, not from the stream's start
+                handle.seek(offsets[index])
+                message = pa.ipc.read_message(handle if isinstance(handle, pa.NativeFile) else
+                                              pa.PythonFile(handle, mode="r"))
+                return pa.Table.from_batches([pa.ipc.read_record_batch(message, self.listing.schema)])
             reader = open_ipc(handle)
             if isinstance(reader, pa.ipc.RecordBatchFileReader):
                 return pa.Table.from_batches([reader.get_batch(index)])
             return pa.Table.from_batches([next(b for position, b in enumerate(reader) if position == index)])
 
 
-def _sync(path: Path) -> None:
-    """Write ``path``'s pages to disk: the file is whole after a crash, and its pages are clean page cache that the
-    OS may drop, no longer dirty pages charged to the process that wrote them (a loader worker) until written back."""
-    descriptor = os.open(path, os.O_RDWR)
+def make_cache_folder(folder: Path) -> None:
+    """Create the shard cache ``folder``, refusing a path that is a file (or lies under one), naming the fix."""
     try:
-        getattr(os, "fdatasync", os.fsync)(descriptor)
-    finally:
-        os.close(descriptor)
-
-
-class RaggedView(NamedTuple):
-    """Where each row of a list column of a cached row group lies in ``values``, a numpy view of the memory-mapped
-    file (no copy): one view over the file's record batches, ``offsets`` likewise; per batch, ``bounds`` (its first
-    row, and the end), ``shift`` (a row's index in ``offsets`` minus its row) and ``base`` (its first value)."""
-
-    values: Any
-    offsets: Any
-    bounds: Any
-    shift: Any
-    base: Any
-
-    def spans(self, rows: Any) -> tuple[Any, Any]:
-        """``(starts, ends)`` (int64) of ``rows`` (numbers within the row group) in :attr:`values`."""
-        import numpy as np
-
-        batch = np.searchsorted(self.bounds, rows, side="right") - 1
-        positions = rows + self.shift[batch]
-        base = self.base[batch]
-        return self.offsets[positions].astype(np.int64) + base, self.offsets[positions + 1].astype(np.int64) + base
-
-
-def _ragged_view(column: Any) -> RaggedView | None:
-    """A :class:`RaggedView` of a list-of-integers column without nulls, else None."""
-    import numpy as np
-
-    from engine.sources._arrow_buffers import list_of_ints, shared_view
-
-    if not list_of_ints(column):
-        return None
-    chunks = [chunk for chunk in column.chunks if len(chunk)] or column.chunks[:1]
-    values = [chunk.values.to_numpy(zero_copy_only=False) for chunk in chunks]
-    offsets = [chunk.offsets.to_numpy() for chunk in chunks]
-    bounds = np.cumsum([0] + [len(chunk) for chunk in chunks], dtype=np.int64)
-    if len(chunks) == 1:
-        zero = np.zeros(1, dtype=np.int64)
-        return RaggedView(values[0], offsets[0], bounds, zero, zero)
-    value_views = shared_view(values, [chunk.values.buffers()[1] for chunk in chunks])
-    offset_views = shared_view(offsets, [chunk.offsets.buffers()[1] for chunk in chunks])
-    if value_views is None or offset_views is None:  # not one mapping (never for a cache file): one copy
-        import pyarrow as pa
-
-        return _ragged_view(pa.chunked_array([column.combine_chunks()]))
-    (whole_values, base), (whole_offsets, offset_base) = value_views, offset_views
-    return RaggedView(whole_values, whole_offsets, bounds, offset_base - bounds[:-1], base)
-
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as error:
+        raise NotADirectoryError(f"Shards' cache_dir should be a folder, but {str(folder)!r} is a file (or lies "
+                                 f"under one); pass cache_dir=... naming a folder, or remove that file") from error

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Hashable, Sequence
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -25,8 +24,10 @@ import numpy as np
 from collators.columns import RaggedColumn
 from engine.sources.protocol import EpochBlocks
 from engine.sources.rows import ColumnarSource, empty_rows_error
+from engine.sources.shards.decode import save_array
 from engine.sources.shards.listing import ShardListing, Shards, list_shards
 from engine.sources.shards.reader import RowGroupReader
+from engine.sources.shards.text import TextTokens, text_lengths, tokenizer_hash
 
 
 class Windows(NamedTuple):
@@ -47,6 +48,9 @@ class ShardedSource(ColumnarSource):
     """The token column whose rows must not be empty (set at setup from the spec), checked as batches are read."""
     windows: Windows | None = None
     """The windows this source serves in place of the corpus rows (``long_rows='split'``); None: the rows."""
+    text: TextTokens | None = None
+    """Raw text that the collator tokenizes (set at setup when the shards hold text and no token column): the
+    length-aware modes count its tokens (:mod:`engine.sources.shards.text`)."""
 
     def __init__(self, listing: ShardListing, positions: np.ndarray | None = None) -> None:
         self.listing = listing
@@ -117,6 +121,11 @@ class ShardedSource(ColumnarSource):
                  per_token: Sequence[str]) -> ShardedSource:
         """A source of windows: this source's row at ``rows[i]`` cut to ``[starts[i], ends[i])`` in each of the
         ``per_token`` columns (:func:`engine.sources.long_rows.windows`). Errors name the row a window is from."""
+        if self.text is not None:
+            raise ValueError(f"long_rows='split' cuts token ids into windows, but the shards hold raw text in "
+                             f"{self.text.text_field!r} (tokenized by the collator, batch by batch); tokenize the "
+                             f"shards first (engine.tokenize_on_ray) into a token column, or use long_rows='truncate' "
+                             f"or 'drop'")
         corpus = self.corpus_rows(rows)
         if self.windows is not None:  # windows of windows: spans within the spans
             first = np.asarray(self._spans(rows)[0], dtype=np.int64)
@@ -145,6 +154,11 @@ class ShardedSource(ColumnarSource):
 
     reads_ahead = True
     lengths_from = "the shards' list offsets, read column by column"
+
+    @property
+    def shuffle_window(self) -> int:
+        """``Shards(shuffle_window=...)``: a saved state's identity holds it (another window, another order)."""
+        return self.listing.shards.shuffle_window
 
     def counters(self) -> tuple[Hashable, dict[str, Any]]:
         """``(key, {shards, row_groups, rows, process, workers})``: the listing and :meth:`reader_counts`; the
@@ -236,7 +250,7 @@ class ShardedSource(ColumnarSource):
             for name in self.windows.per_token:
                 for row, cut in zip(rows, self._cut([row[name] for row in rows], positions)):
                     row[name] = cut
-        if self.token_key is not None:
+        if self.token_key is not None and self.token_key in self.listing.schema.names:  # raw text: no token column
             self._check_tokens(positions, [len(row.get(self.token_key) or ()) for row in rows])
         return rows
 
@@ -301,6 +315,11 @@ class ShardedSource(ColumnarSource):
         import pyarrow as pa
 
         names = self.column_names
+        if self.text is not None and key not in names:  # raw text: its token counts, counted once
+            saved = self.reader.folder / (f"lengths-{self.listing.fingerprint()}-{self.text.text_field}-tokens-"
+                                          f"{tokenizer_hash(self.text.tokenizer)}.npy")
+            lengths = text_lengths(self.reader, self.text, saved)
+            return lengths if self.positions is None else lengths[self.positions]
         if key is None or key not in names:
             raise KeyError(f"lengths need a list column of the shards, but got key={key!r}; columns are {names}")
         kind = self.listing.schema.field(key).type
@@ -317,7 +336,7 @@ class ShardedSource(ColumnarSource):
                 lengths = np.concatenate(list(pool.map(lambda group: self.reader.lengths(group, key),
                                                        range(self.listing.num_groups))))
             lengths = lengths.astype(np.int32 if len(lengths) and lengths.max() < 2**31 else np.int64)
-            _save(saved, lengths)
+            save_array(saved, lengths)
         if self.positions is None and self.windows is None:
             return lengths.astype(np.int64)
         return lengths[self.corpus_rows(np.arange(len(self)))].astype(np.int64)
@@ -340,17 +359,8 @@ class ShardedSource(ColumnarSource):
         """A source over the same listing that shares this one's reader and worker counts."""
         source = ShardedSource(self.listing, positions)
         source._readers, source._worker_counts = self._readers, self._worker_counts
-        source.hands_columns = self.hands_columns
+        source.hands_columns, source.text = self.hands_columns, self.text
         return source
 
     def __getstate__(self) -> dict[str, Any]:  # the reader's open tables are memory maps of this process
         return {**self.__dict__, "_readers": [], "_worker_counts": Counter(), "_sent": None}
-
-
-def _save(path: Path, array: np.ndarray) -> None:
-    import uuid
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    scratch = path.with_name(f".{path.stem}.{uuid.uuid4().hex}.npy")
-    np.save(scratch, array)
-    scratch.replace(path)

@@ -9,6 +9,8 @@ from typing import Any
 from engine.sources.inputs import needs_tokenizer, row_keys, text_fields, token_field
 from engine.sources.media import media_columns, with_media_decoded
 from engine.sources.rows import MapSource
+from engine.sources.shards.source import ShardedSource
+from engine.sources.shards.text import TextTokens
 from engine.sources.tokenizing.token_cache import TokenCache
 from engine.sources.wrappers import HFSource
 from task_spec import TaskSpec
@@ -101,6 +103,9 @@ def prepare_source(source: MapSource, spec: TaskSpec | None, tokenizer: Any, cac
     """Raw text becomes whole token ids, loaded from (or saved to) the on-disk ``cache``; image and audio columns
     of HF data come back as tensors (``Image`` columns as CHW uint8, ``Audio`` columns as float32 waveforms), so
     the collators see one layout whatever the storage. Other sources pass as is."""
+    if isinstance(source, ShardedSource) and spec is not None and needs_tokenizer(row_keys(source), spec, source):
+        source.text = TextTokens(tokenizer, text_fields(spec)[0])  # the collator tokenizes; lengths count tokens
+        return source
     if not isinstance(source, HFSource) or spec is None:
         return source
     if has_raw_text(source, spec):

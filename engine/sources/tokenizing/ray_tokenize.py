@@ -16,8 +16,10 @@ task index.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -118,6 +120,8 @@ def tokenize_on_ray(
     by_value = [m for m in BY_VALUE if m not in ray.cloudpickle.list_registry_pickle_by_value()]
     for module in by_value:
         ray.cloudpickle.register_pickle_by_value(sys.modules[module])
+    scratch = f"{out_path.rstrip('/')}/_temporary-{uuid.uuid4().hex}"  # skipped by Shards and pyarrow.dataset
+    step = None
     try:
         filesystem = _arrow_filesystem(in_fs, options)
         dataset = getattr(ray.data, READERS[suffix])(files, filesystem=filesystem)
@@ -127,18 +131,60 @@ def tokenize_on_ray(
         blocks = dataset.repartition(target_num_rows_per_block=min(TASK_ROWS, rows_per_file or TASK_ROWS))
         tokens = blocks.map_batches(_ArrowTokenize(step), batch_format="pyarrow", batch_size=1000,
                                     concurrency=concurrency, zero_copy_batch=True)
-        out_fs.makedirs(out_path, exist_ok=True)
+        out_fs.makedirs(scratch, exist_ok=True)
         # Writing asks for less CPU than tokenizing, so Ray keeps the two apart: tokenize tasks of TASK_ROWS rows
-        # run in parallel, and each write task gathers their output up to rows_per_file rows.
-        tokens.write_datasink(_shard_sink(ray, out_fs, out_path, rows_per_file, row_group_rows),
+        # run in parallel, and each write task gathers their output up to rows_per_file rows. The shards are
+        # written to a scratch folder and moved into output_dir once all are written: a run that fails leaves no
+        # shard there that would look like a whole corpus.
+        tokens.write_datasink(_shard_sink(ray, out_fs, scratch, rows_per_file, row_group_rows),
                               ray_remote_args={"num_cpus": WRITE_CPUS})
+        out_fs.invalidate_cache(scratch)
+        for path in sorted(out_fs.glob(f"{scratch}/*.parquet")):
+            out_fs.mv(path, f"{out_path.rstrip('/')}/{path.rsplit('/', 1)[-1]}")
+    except Exception as error:
+        bad = _first_bad_row(in_fs, files, suffix, step) if step is not None else None
+        if bad is None:
+            raise
+        raise ValueError(f"tokenize_on_ray failed and wrote nothing to {os.fspath(output_dir)!r}: {bad}; filter "
+                         f"the rows without text out of the input, or fill them, and run again") from error
     finally:
+        with contextlib.suppress(Exception):
+            out_fs.rm(scratch, recursive=True)
         context.execution_options.preserve_order = preserve_order
         for module in by_value:
             ray.cloudpickle.unregister_pickle_by_value(sys.modules[module])
     out_fs.invalidate_cache(out_path)  # object stores cache listings; the workers wrote behind this one's back
     written = sorted(out_fs.glob(f"{out_path.rstrip('/')}/*.parquet"))
     return written if _is_local(out_fs) else [out_fs.unstrip_protocol(path) for path in written]
+
+
+def _first_bad_row(fs: Any, files: list[str], suffix: str, step: TokenizeBatch) -> str | None:
+    """After a failed run: the first row of ``files`` (in corpus order) whose text is null, as ``row <i> of <file>
+    holds no text in <column>``, reading only the text columns; None when every row holds text."""
+    import pyarrow.compute as pc
+
+    columns = [column for column in (step.text_field, step.target_field) if column is not None]
+    for path in files:
+        with fs.open(path, "rb") as handle:
+            if suffix == ".parquet":
+                import pyarrow.parquet as pq
+
+                table = pq.read_table(handle, columns=columns)
+            elif suffix == ".csv":
+                import pyarrow.csv as pcsv
+
+                table = pcsv.read_csv(handle)
+            else:
+                import pyarrow.json as pjson
+
+                table = pjson.read_json(handle)
+        for column in columns:
+            values = table.column(column) if column in table.column_names else None
+            if values is not None and values.null_count:
+                row = pc.index(pc.is_null(values), True).as_py()
+                name = path if _is_local(fs) else fs.unstrip_protocol(path)
+                return f"row {row} of {name!r} holds no text in {column!r} (null)"
+    return None
 
 
 def _check_options(spec: TaskSpec, tokenizer: Any, rows_per_file: int | None, row_group_rows: int,

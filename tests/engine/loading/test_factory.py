@@ -1,4 +1,6 @@
 import random
+import sys
+import types
 
 import numpy as np
 import pytest
@@ -91,6 +93,23 @@ class TestCreateDataloader:
         config = DataLoaderConfig(num_workers=1, multiprocessing_context="spawn", collate_fn=StacksWithOwnGenerator())
         with pytest.raises(TypeError, match="sends the collate_fn to each worker by pickling, but it holds a torch"):
             DataLoaderFactory().create_dataloader(TensorDataset(torch.arange(4)), config)
+
+    @pytest.mark.parametrize("context", ["spawn", "forkserver"])
+    def test_a_collate_fn_of_a_main_module_without_a_file_is_refused_naming_it_and_the_fix(self, monkeypatch, context):
+        """A notebook's, python -c's or stdin's __main__: pickling by reference works here, but a started worker
+        cannot import __main__.StacksRows and would die at its first batch."""
+        notebook = types.ModuleType("__main__")  # no __file__, no __spec__: as in Jupyter
+        notebook.StacksRows = type("StacksRows", (), {"__module__": "__main__", "__call__": lambda self, rows: rows})
+        monkeypatch.setitem(sys.modules, "__main__", notebook)
+        config = DataLoaderConfig(num_workers=1, multiprocessing_context=context, collate_fn=notebook.StacksRows())
+        with pytest.raises(TypeError, match=rf"the collate_fn should be importable by the workers that num_workers=1 "
+                                            rf"starts with the '{context}' start method, but it refers to StacksRows, "
+                                            rf"defined in __main__, which has no file here \(a notebook, python -c or "
+                                            rf"stdin\).* Move StacksRows into a module .* or use the 'fork' start "
+                                            rf"method"):
+            DataLoaderFactory().create_dataloader(TensorDataset(torch.arange(4)), config)
+        notebook.__file__ = "train.py"  # a script: started workers run it again as __mp_main__ and find the class
+        DataLoaderFactory().create_dataloader(TensorDataset(torch.arange(4)), config)
 
     def test_config_of_wrong_type(self):
         with pytest.raises(TypeError, match="config should be a DataLoaderConfig, but got dict"):

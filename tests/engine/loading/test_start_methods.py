@@ -19,6 +19,12 @@ def hf_rows():
     return datasets.Dataset.from_dict({"input_ids": [list(range(5, 8 + i % 5)) for i in range(16)]})
 
 
+def pictures():
+    generator = torch.Generator().manual_seed(0)
+    return {"pixel_values": [torch.randint(0, 256, (3, 8, 8), dtype=torch.uint8, generator=generator)
+                             for _ in range(16)], "labels": [i % 4 for i in range(16)]}
+
+
 def batches(data, spec, workers=0, context=None):
     dm = UniversalDataModule(data, task_spec=spec, batch_size=4, val_split=0, shuffle=True, seed=3,
                              num_workers=workers, persistent_workers=False, multiprocessing_context=context,
@@ -29,6 +35,7 @@ def batches(data, spec, workers=0, context=None):
 @pytest.mark.parametrize(("data", "spec", "context"), [
     (hf_rows, TaskSpec.mlm_tiny, "spawn"),
     (token_tensors, TaskSpec.mlm_tiny, "forkserver"),
+    (pictures, TaskSpec.vision_tiny, "spawn"),  # the vision collator's statistics once came back as freed memory
 ])
 def test_started_workers_give_the_batches_of_the_main_process(data, spec, context):
     expected = batches(data(), spec())

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import torch
 from PIL import Image
+from torchvision.transforms import v2
 
 from demo.sample_data import build_tokenizer
 from engine import UniversalDataModule
@@ -127,6 +128,35 @@ class TestFolders:
         assert all(torch.equal(row["image"], pixels) for row, pixels in zip(rows, written))  # CHW uint8, exact
         batch = next(iter(dm.train_dataloader()))
         assert batch["image"].shape == (6, 3, 6, 5) and batch["label"].tolist() == [0, 0, 0, 1, 1, 1]
+
+    def test_the_vision_preset_reads_a_folders_image_and_label_columns_as_its_fields(self, tmp_path):
+        """vision_tiny reads pixel_values and labels; an image folder gives image and label (datasets' imagefolder):
+        the folder is read as it is, by path or as the Dataset load_dataset('imagefolder') gives."""
+        import datasets
+
+        write_images(tmp_path / "pets")
+        spec = TaskSpec.vision_tiny().replace(additional_config={"num_classes": 2, "image_size": [3, 6, 5]})
+        loaded = datasets.load_dataset("imagefolder", data_dir=str(tmp_path / "pets"), split="train")
+        for data in (tmp_path / "pets", loaded):
+            dm = UniversalDataModule(data, task_spec=spec, batch_size=6, shuffle=False, val_split=2, seed=0)
+            batch = next(iter(dm.train_dataloader()))
+            assert sorted(batch) == ["labels", "pixel_values"] and batch["pixel_values"].shape == (4, 3, 6, 5)
+            assert sorted(next(iter(dm.val_dataloader()))) == ["labels", "pixel_values"]
+            assert dm.report().numbers["class_names"] == ["cat", "dog"]
+        assert loaded.column_names == ["image", "label"]  # the caller's dataset is not renamed
+
+    def test_validation_images_of_another_size_than_the_specs_are_refused_naming_the_transform(self, tmp_path):
+        write_images(tmp_path / "pets")  # 6x5 images; vision_tiny's image_size is 3x32x32
+        spec = TaskSpec.vision_tiny().replace(additional_config={"num_classes": 2})
+        options = dict(task_spec=spec, batch_size=2, val_split=2, seed=0, train_transform=v2.Resize((32, 32)))
+        dm = UniversalDataModule(tmp_path / "pets", **options)
+        assert next(iter(dm.train_dataloader()))["pixel_values"].shape == (2, 3, 32, 32)
+        with pytest.raises(ValueError, match=r"val row \d: 'pixel_values' should have the spec's image_size=\[3, 32, "
+                                             r"32\] .* but got pixel_values of shape \[3, 6, 5\] in a val batch; add "
+                                             r"eval_transform=v2.Compose"):
+            next(iter(dm.val_dataloader()))
+        resized = UniversalDataModule(tmp_path / "pets", eval_transform=v2.Resize((32, 32)), **options)
+        assert next(iter(resized.val_dataloader()))["pixel_values"].shape == (2, 3, 32, 32)
 
     @pytest.mark.parametrize("workers", [0, 2])
     def test_grayscale_and_rgb_images_load_as_rgb_alike_by_both_folder_routes(self, tmp_path, workers):

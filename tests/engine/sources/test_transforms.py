@@ -12,7 +12,7 @@ from collators.columns import RowBatch
 from engine.core.rng import derive_seed
 from engine.sampling.base import BatchIndices
 from engine.sources.transforms import RowTransform, TransformFailed, split_transforms, takes_generator
-from engine.sources.wrappers import HFSource, TensorListSource
+from engine.sources.wrappers import HFSource, TensorListSource, TorchSource
 
 
 def noisy(row):
@@ -113,3 +113,64 @@ def test_split_transforms_gives_val_test_and_predict_the_eval_transform():
         "train": noisy, "val": noisy_with, "test": noisy_with, "predict": noisy_with}
     assert [t.argument for t in transforms.values()] == ["train_transform"] + ["eval_transform"] * 3
     assert split_transforms(None, None, seed=0) == {}
+
+
+def double_in_place(row):
+    row["x"].mul_(2)
+    return row
+
+
+def fresh_rows(count):
+    """A torch dataset whose every read makes its rows afresh: changing them in place harms nothing."""
+    class Fresh(torch.utils.data.Dataset):
+        def __len__(self):
+            return count
+
+        def __getitem__(self, index):
+            return {"x": torch.full((2,), float(index)), "y": np.full(2, index)}
+    return Fresh()
+
+
+class TestWritesInPlace:
+    def test_a_transform_that_changes_a_stored_tensor_in_place_is_refused_naming_the_row_and_the_fix(self):
+        tensors = [torch.ones(2) * i for i in range(4)]
+        source = TensorListSource(tensors, key="x").for_role("train", RowTransform(double_in_place, seed=0,
+                                                                                   role="train"))
+        with pytest.raises(ValueError, match=r"train_transform should return new values and leave the row it is "
+                                             r"given as it is, but got train_transform\(row\) changing row\['x'\] of "
+                                             r"row 1 of the train data in place; .* Assign a new tensor \(row\['x'\] "
+                                             r"= row\['x'\] \* 2, not row\['x'\]\.mul_\(2\)\)"):
+            source.__getitems__(batch([1, 2], 0))
+
+    def test_a_torch_dataset_of_stored_tensors_is_refused_too(self):
+        stored = [{"x": torch.ones(2)} for _ in range(3)]
+        source = TorchSource(stored).for_role("val", RowTransform(double_in_place, seed=0, role="val"))
+        with pytest.raises(ValueError, match=r"eval_transform should return new values .* row 0 of the val data"):
+            source.__getitems__(batch([0], 0))
+
+    def test_rows_made_afresh_by_each_read_may_be_changed_in_place(self):
+        source = TorchSource(fresh_rows(4)).for_role("train", RowTransform(double_in_place, seed=0, role="train"))
+        for epoch in range(2):
+            assert [row["x"].tolist() for row in source.__getitems__(batch([1, 3], epoch))] == [[2, 2], [6, 6]]
+
+    def test_a_copy_for_another_source_checks_its_rows_afresh(self):
+        import copy
+
+        fresh = RowTransform(double_in_place, seed=0, role="train")
+        TorchSource(fresh_rows(2)).for_role("train", fresh).__getitems__(batch([0], 0))
+        assert fresh.fresh_keys == {"x"}
+        stored = TensorListSource([torch.ones(2)] * 2, key="x").for_role("train", copy.copy(fresh))
+        with pytest.raises(ValueError, match=r"train_transform should return new values"):
+            stored.__getitems__(batch([0], 0))
+
+    def test_a_transform_writing_into_a_stored_numpy_array_writes_into_a_copy(self):
+        def add_one(row):
+            row["x"] += 1
+            return row
+
+        column = np.zeros((4, 2))
+        source = TorchSource(torch.utils.data.StackDataset(x=column)).for_role(
+            "train", RowTransform(add_one, seed=0, role="train"))
+        for epoch in range(2):
+            assert [row["x"].tolist() for row in source.__getitems__(batch([0, 1], epoch))] == [[1, 1], [1, 1]]
+        assert not column.any()

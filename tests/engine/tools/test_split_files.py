@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -46,6 +48,24 @@ class TestLoadSplitIndices:
         with pytest.raises(ValueError, match=r"split file not found: .*test_idx\.pt; the valid splits in .* are "
                                              r"\['train', 'val'\]"):
             load_split_indices(split_dir, "test")
+
+    @pytest.mark.parametrize("split", ["../train", "sub/train", "..\\train"])
+    def test_a_split_named_with_a_path_separator_is_refused_naming_the_file_it_would_read(self, tmp_path, split):
+        (tmp_path / "splits").mkdir()
+        torch.save(torch.tensor([0, 1]), tmp_path / "train_idx.pt")  # outside the split folder
+        with pytest.raises(ValueError, match=r"split should be the name of a split file in dataset_dir \(the file "
+                                             r"\{split\}_idx\.pt\), without a path separator, but got "
+                                             rf"split={re.escape(repr(split))}, which would read .*train_idx\.pt "
+                                             r"outside .*splits; pass the folder that holds the file as dataset_dir"):
+            load_split_indices(tmp_path / "splits", split)
+
+    def test_an_empty_split_file_is_refused_naming_it(self, split_dir):
+        torch.save(torch.tensor([], dtype=torch.long), split_dir / "val_idx.pt")
+        with pytest.raises(ValueError, match=r"split file .*val_idx\.pt should hold at least one row index, but got "
+                                             r"an empty tensor: a loader over split 'val' would give 0 batches; "
+                                             r"rebuild the file .* or delete it"):
+            create_loader(split_dir, "val", dataset=Rows(), batch_size=2)
+        assert load_split_indices(split_dir, "train").size  # an empty val file shares no row with train
 
     def test_missing_directory_says_no_splits(self, tmp_path):
         with pytest.raises(ValueError, match="are none"):

@@ -28,9 +28,9 @@ def write_corpus(folder: Path, files: int = 4, rows_per_file: int = 150, row_gro
                           "doc": pa.array(range(part.start, part.stop), pa.int64())})
         if kind == "parquet":
             pq.write_table(table, folder / f"part-{number:03d}.parquet", row_group_size=row_group_rows)
-        else:
-            with pa.OSFile(str(folder / f"part-{number:03d}.arrow"), "wb") as sink, \
-                    pa.ipc.new_file(sink, table.schema) as writer:
+        else:  # "arrow": the IPC file format; "stream": the IPC stream format (what datasets writes)
+            new = pa.ipc.new_file if kind == "arrow" else pa.ipc.new_stream
+            with pa.OSFile(str(folder / f"part-{number:03d}.arrow"), "wb") as sink, new(sink, table.schema) as writer:
                 for batch in table.to_batches(max_chunksize=row_group_rows):
                     writer.write_batch(batch)
     return rows

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from engine import Shards
-from engine.sources.shards.listing import filesystem
+from engine.sources.shards.filesystems import filesystem
 from engine.sources.shards.object_stores import ArrowStore, arrow_options, arrow_transient, s3_store, s3fs_only
 from tests.object_store import s3_filesystem
 

@@ -49,7 +49,7 @@ def test_the_listing_reads_row_groups_from_the_footers(corpus, tmp_path):
     assert not (tmp_path / "cache").exists()  # no row was read
 
 
-@pytest.mark.parametrize("kind", ["parquet", "arrow"])
+@pytest.mark.parametrize("kind", ["parquet", "arrow", "stream"])
 def test_rows_are_the_rows_of_the_files(tmp_path, kind):
     rows = write_corpus(tmp_path / "c", kind=kind)
     source = as_source(shards(tmp_path / "c", tmp_path))
@@ -474,3 +474,127 @@ def test_a_reader_reuses_the_footers_its_process_listed(corpus, tmp_path, monkey
     monkeypatch.setattr(parquet, "read_metadata", lambda *args, **kwargs: read.append(args))
     table = RowGroupReader(listing).table(5)  # the process's own reader, or a forked worker's
     assert table.column("input_ids").to_pylist() == rows[190:230] and not read
+
+
+def test_hidden_files_and_writer_leftovers_are_skipped_as_pyarrow_dataset_skips_them(corpus, tmp_path):
+    folder, rows = corpus
+    write_corpus(folder / "_temporary" / "0" / "task-1", files=1)  # Spark's / Hadoop's uncommitted attempt
+    write_corpus(folder / ".ipynb_checkpoints", files=1)
+    pq.write_table(pa.table({"input_ids": [[1]], "doc": [0]}), folder / ".part-004.parquet")
+    pq.write_table(pa.table({"input_ids": [[1]], "doc": [0]}), folder / "_committed_part-005.parquet")
+    (folder / "_SUCCESS").write_text("")
+    listing = list_shards(shards(folder, tmp_path))
+    assert [os.path.basename(name) for name in listing.files] == [f"part-{n:03d}.parquet" for n in range(4)]
+    assert listing.num_rows == len(rows)
+    globbed = list_shards(shards(str(folder) + "/**/*.parquet", tmp_path))
+    assert globbed.files == listing.files
+    hidden = list_shards(shards(folder / "_temporary" / "0" / "task-1", tmp_path))  # named: read as named
+    assert hidden.num_rows == 150
+
+
+def test_a_file_named_twice_is_refused_naming_it(corpus, tmp_path):
+    folder, _ = corpus
+    twice = Shards([str(folder), str(folder / "part-002.parquet")], cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(ValueError, match=r"the shard '.*part-002.parquet' is named twice.*name each file once"):
+        list_shards(twice)
+
+
+def test_a_local_shard_replaced_with_its_size_and_modification_time_kept_is_a_new_version(tmp_path):
+    """``cp -p`` and ``rsync -a`` keep the modification time over new content: the version hashes the content's
+    ends (a Parquet footer whole), so the old cache is not served and an old state is refused."""
+    folder = tmp_path / "kept"
+    folder.mkdir()
+
+    def write(offset):
+        table = pa.table({"input_ids": [[5, 6, 7]] * 40, "doc": pa.array(range(offset, offset + 40), pa.int64())})
+        pq.write_table(table, folder / "part-000.parquet", row_group_size=20, compression="none",
+                       use_dictionary=False)
+
+    write(0)
+    before = os.stat(folder / "part-000.parquet")
+    first = module(shards(folder, tmp_path), batch_size=4)
+    assert sorted(epoch(first)) == list(range(40))
+    state = first.state_dict()
+    write(1000)  # other rows of the same size
+    os.utime(folder / "part-000.parquet", ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert os.stat(folder / "part-000.parquet").st_size == before.st_size
+    second = module(shards(folder, tmp_path), batch_size=4)
+    with pytest.raises(ValueError, match="data_fingerprint"):
+        second.load_state_dict(state)
+    assert sorted(epoch(second)) == list(range(1000, 1040))
+    assert list_shards(shards(folder, tmp_path)).versions == second.datasets["train"].listing.versions  # stable
+
+
+def test_a_state_resumed_with_another_shuffle_window_is_refused_naming_it(corpus, tmp_path):
+    folder, _ = corpus
+    first = module(shards(folder, tmp_path, shuffle_window=64))
+    next(iter(first.train_dataloader()))
+    state = first.state_dict()
+    assert state["shuffle_window"] == 64
+    with pytest.raises(ValueError, match=r"shuffle_window was 64 when saved and is 128 now \(sharded data's epoch "
+                                         r"order.*Resume with Shards\(shuffle_window=\.\.\.\) as saved \(64\)"):
+        module(shards(folder, tmp_path, shuffle_window=128)).load_state_dict(state)
+    mixed = module({"a": shards(folder, tmp_path, shuffle_window=64)}, mix={"a": 1.0})
+    assert mixed.state_dict()["shuffle_window"] == {"a": 64}
+    same = module(shards(folder, tmp_path, shuffle_window=64))
+    same.load_state_dict(state)
+    older = {key: value for key, value in state.items() if key != "shuffle_window"}  # saved before it was recorded
+    module(shards(folder, tmp_path, shuffle_window=64)).load_state_dict(older)
+
+
+@pytest.mark.parametrize("damage", ["not parquet", "footer"])
+def test_a_file_that_is_no_parquet_or_has_a_damaged_footer_is_named_at_the_listing(corpus, tmp_path, damage):
+    folder, _ = corpus
+    data = bytearray((folder / "part-001.parquet").read_bytes())
+    if damage == "footer":
+        length = int.from_bytes(data[-8:-4], "little")
+        for at in range(len(data) - 8 - length, len(data) - 8):
+            data[at] ^= 0x5A
+    (folder / "part-001.parquet").write_bytes(bytes(data) if damage == "footer" else b"id,text\n1,a\n")
+    with pytest.raises(ValueError, match=r"(?s)shard '.*part-001.parquet' is not a readable Parquet file .*rewrite it, "
+                                         r"or move it out of the corpus"):
+        list_shards(shards(folder, tmp_path))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+def test_a_damaged_cache_file_is_fetched_again(corpus, tmp_path, damage):
+    folder, rows = corpus
+    first = as_source(shards(folder, tmp_path))
+    first.__getitems__([0])
+    cached = next(path for path in (tmp_path / "cache").iterdir() if path.suffix == ".arrow")
+    data = cached.read_bytes()
+    cached.write_bytes(data[: len(data) // 2] if damage == "truncated" else b"\0" * len(data))
+    again = as_source(shards(folder, tmp_path))
+    assert [row["input_ids"] for row in again.__getitems__([0, 1])] == rows[:2]
+    assert again.reader.stats["fetched"] == 1
+
+
+def test_a_cache_dir_that_is_a_file_is_refused_naming_it(corpus, tmp_path):
+    folder, _ = corpus
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(NotADirectoryError, match=r"cache_dir should be a folder, but cache_dir='.*file' is a file"):
+        Shards(str(folder), cache_dir=str(tmp_path / "file"))
+    below = as_source(Shards(str(folder), cache_dir=str(tmp_path / "file" / "cache")))
+    with pytest.raises(NotADirectoryError, match=r"cache_dir should be a folder, but '.*file/cache' is a file \(or "
+                                                 r"lies under one\)"):
+        below.__getitems__([0])
+
+
+@pytest.mark.parametrize("kind", ["arrow", "stream"])
+def test_arrow_ipc_shards_are_listed_from_metadata_and_a_stream_is_read_from_each_batchs_offset(tmp_path, kind,
+                                                                                               monkeypatch):
+    rows = write_corpus(tmp_path / "c", kind=kind)
+    monkeypatch.setattr(pa.RecordBatchFileReader, "get_batch", None, raising=False)  # a batch's body: not read
+    monkeypatch.setattr(pa.ipc.RecordBatchFileReader, "get_batch", None, raising=False)
+    listing = list_shards(shards(tmp_path / "c", tmp_path))
+    assert listing.group_rows().tolist() == [40, 40, 40, 30] * 4
+    assert sorted(listing.batch_offsets) == ([0, 1, 2, 3] if kind == "stream" else [])
+    monkeypatch.undo()
+    if kind == "stream":
+        def from_the_start(*args, **kwargs):
+            raise AssertionError("a stream shard was read from its start")
+
+        monkeypatch.setattr(pa.ipc, "open_stream", from_the_start)
+    source = ShardedSource(listing)
+    picked = [599, 0, 41, 40, 333, 150, 130]
+    assert [row["input_ids"] for row in source.__getitems__(picked)] == [rows[i] for i in picked]

@@ -138,7 +138,8 @@ def test_the_report_shows_the_retries_of_a_faulty_store(corpus, tmp_path, s3_buc
 def test_a_readers_s3fs_client_reuses_the_service_models_the_listing_parsed(corpus, tmp_path, s3_bucket):
     """Each process's reader (the loader workers' included) makes its own s3fs filesystem; its session takes
     botocore's parsed service models from the listing's rather than parsing them again before its first fetch."""
-    from engine.sources.shards.listing import filesystem, list_shards
+    from engine.sources.shards.filesystems import filesystem
+    from engine.sources.shards.listing import list_shards
 
     listing = list_shards(shards(s3_bucket, s3_bucket, tmp_path, "s3fs"))
     listed, _ = filesystem(listing.shards)
@@ -156,3 +157,96 @@ def test_the_storage_options_choose_the_client(corpus, tmp_path, s3_bucket, clie
     source = as_source(shards(s3_bucket, s3_bucket, tmp_path, client))
     assert isinstance(source.reader.system, ArrowStore if client == "pyarrow" else s3fs.S3FileSystem)
     assert source.__getitems__([599])[0]["doc"] == 599
+
+
+def test_a_403_on_a_fetch_names_the_shard_and_the_fix(corpus, tmp_path, s3_bucket, client, faulty_s3):
+    source = as_source(shards(faulty_s3, s3_bucket, tmp_path, client))
+    faulty_s3.reset()
+    faulty_s3.fail_next(5, status=403, match="part-001", method="GET")
+    with pytest.raises(OSError, match=r"(?s)row group 0 of shard 's3://.*/corpus/part-001.parquet' failed, and "
+                                      r"another attempt cannot change it: check the store's credentials and "
+                                      r"permissions \(HTTP 403\)"):
+        source.__getitems__([150])
+    assert source.reader.stats["retries"] == 0
+
+
+def test_a_listing_that_fails_names_the_url_and_the_fix(corpus, tmp_path, s3_bucket, client, faulty_s3):
+    faulty_s3.fail_next(20, status=403, method="GET")
+    with pytest.raises(OSError, match=r"(?s)listing \['s3://.*/corpus/'\] failed: check the URL, the store's "
+                                      r"credentials"):
+        as_source(shards(faulty_s3, s3_bucket, tmp_path, client))
+
+
+def test_an_endpoint_that_never_answers_fails_in_bounded_time(tmp_path, client, monkeypatch):
+    """It accepts connections and sends nothing: botocore's timeouts (60 s each, retried by botocore and s3fs)
+    held s3fs's listing for minutes; the reader's s3fs client now has its own, and pyarrow's client its SDK's."""
+    import socket
+    import threading
+    import time
+
+    monkeypatch.setattr("engine.sources.shards.filesystems.S3FS_TIMEOUTS", {"connect_timeout": 1, "read_timeout": 1},
+                        raising=False)
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)
+    held = []
+    threading.Thread(target=lambda: [held.append(silent.accept()) for _ in iter(int, 1)], daemon=True).start()
+    options = {"key": "testing", "secret": "testing",
+               "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{silent.getsockname()[1]}",
+                                 "region_name": "us-east-1"}}
+    if client == "s3fs":
+        options["config_kwargs"] = {"user_agent_extra": "silent"}  # an option only s3fs takes
+    outcome = []
+
+    def listing():
+        try:
+            as_source(Shards("s3://bucket/corpus/", storage_options=options, cache_dir=str(tmp_path / "cache")))
+        except Exception as error:
+            outcome.append(error)
+
+    started = time.monotonic()
+    thread = threading.Thread(target=listing, daemon=True)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), "the listing of an endpoint that never answers did not end within 60 s"
+    assert time.monotonic() - started < 60
+    assert outcome and "listing ['s3://bucket/corpus/'] failed" in str(outcome[0])
+    silent.close()
+
+
+def test_the_retries_of_config_kwargs_work_on_the_pyarrow_path(corpus, tmp_path, s3_bucket):
+    options = {**options_for("pyarrow", s3_bucket), "config_kwargs": {"retries": {"max_attempts": 3}}}
+    source = as_source(Shards(s3_bucket.url("corpus/"), storage_options=options, cache_dir=str(tmp_path / "c")))
+    assert isinstance(source.reader.system, ArrowStore)
+    assert source.__getitems__([599])[0]["doc"] == 599
+
+
+def test_the_s3fs_readers_botocore_retries_are_off_so_every_retry_is_counted(corpus, tmp_path, s3_bucket,
+                                                                              faulty_s3):
+    options = dict(faulty_s3.storage_options)
+    options["config_kwargs"] = {key: value for key, value in options["config_kwargs"].items() if key != "retries"}
+    source = as_source(Shards(s3_bucket.url("corpus/"), storage_options=options, cache_dir=str(tmp_path / "c"),
+                              retry_wait=0.01))
+    faulty_s3.reset()
+    faulty_s3.fail_next(1, status=500, match="part-002", method="GET")
+    assert source.__getitems__([300])[0]["doc"] == 300
+    assert source.reader.stats["retries"] == 1
+    assert len([request for request in faulty_s3.requests if "part-002" in request.path and
+                request.method == "GET"]) == 2
+
+
+@pytest.mark.parametrize("kind", ["arrow", "stream"])
+def test_arrow_ipc_shards_in_the_store_are_listed_from_metadata_and_read_by_offset(tmp_path, s3_bucket, client,
+                                                                                   faulty_s3, kind):
+    rows = write_corpus(tmp_path / "ipc", kind=kind)
+    s3_bucket.upload_folder(tmp_path / "ipc", "ipc/")
+    faulty_s3.reset()
+    source = as_source(Shards(s3_bucket.url("ipc/"), storage_options=options_for(client, faulty_s3),
+                              cache_dir=str(tmp_path / "cache")))
+    size = sum(path.stat().st_size for path in (tmp_path / "ipc").iterdir())
+    ranges = [request.range for request in faulty_s3.requests if request.method == "GET" and request.range]
+    read = sum(int(end) - int(start) + 1 for start, end in (r.split("=")[1].split("-") for r in ranges))
+    if client == "pyarrow" and kind == "arrow":  # ranged reads of exactly what is asked: no batch's body
+        assert read < size / 3
+    picked = [599, 0, 41, 40, 333, 150, 130]
+    assert [row["input_ids"] for row in source.__getitems__(picked)] == [rows[i] for i in picked]

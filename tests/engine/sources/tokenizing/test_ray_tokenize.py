@@ -191,3 +191,19 @@ def test_without_ray_the_error_names_the_extra_to_install(corpus, tokenizer, tmp
     with pytest.raises(ImportError, match=r"pip install 'universal-datamodule\[ray\]'"):
         tokenize_on_ray(folder, tmp_path / "out", task_spec=TaskSpec.lm_tiny(), tokenizer=tokenizer)
 
+
+
+def test_a_row_without_text_names_its_file_and_row_and_leaves_no_partial_output(local_ray, tokenizer, tmp_path):
+    folder = tmp_path / "holes"
+    folder.mkdir()
+    rows = texts(240, seed=3)
+    for part in range(3):
+        chunk = [rows[i] for i in range(part * 80, (part + 1) * 80)]
+        if part == 2:
+            chunk[37] = None
+        pq.write_table(pa.table({"text": pa.array(chunk, pa.string())}), folder / f"part-{part}.parquet")
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match=r"wrote nothing to '.*out': row 37 of '.*part-2.parquet' holds no text in "
+                                         r"'text' \(null\); filter the rows without text out"):
+        tokenize_on_ray(folder, out, task_spec=TaskSpec.lm_tiny(), tokenizer=tokenizer, rows_per_file=40)
+    assert not list(out.rglob("*.parquet")) if out.exists() else True
