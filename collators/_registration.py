@@ -4,6 +4,7 @@ and the checks of the keys an entry is registered under."""
 from __future__ import annotations
 
 import difflib
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,12 +19,19 @@ class CollatorEntry:
     """One registration: the factory and the keys it is selected by."""
 
     name: str
-    factory: CollatorFactory
+    target: CollatorFactory | str
+    """The factory, or where it lives as ``"module:function"``: a factory imported when the entry is first built or
+    its ``factory`` read. The built-ins are registered so, so a text task never imports torchvision or torchaudio."""
     modality: str | None
     task_types: tuple[str, ...] | None
     description: str
     order: int
     """Registration counter; among equal matches the highest wins."""
+
+    @property
+    def factory(self) -> CollatorFactory:
+        """The factory function (imported from its module on first use when registered as ``"module:function"``)."""
+        return load_factory(self.target)
 
     def matches(self, task_spec: TaskSpec) -> str | None:
         """The tier at which this entry matches ``task_spec`` (``"task_type"`` or ``"modality"``), else None."""
@@ -42,7 +50,7 @@ class CollatorEntry:
         collator = self.factory(task_spec=task_spec, **kwargs)
         if not callable(collator):
             raise TypeError(
-                f"collator factory {self.name!r} ({qualname(self.factory)}) should return a callable "
+                f"collator factory {self.name!r} ({qualname(self.target)}) should return a callable "
                 f"(rows) -> batch, but it returned {type(collator).__name__}: {collator!r}; return the collator "
                 f"object or function itself"
             )
@@ -115,8 +123,19 @@ def why_not(entry: CollatorEntry, task_spec: TaskSpec | None) -> str:
     return f"task_types {entry.task_types} exclude {task_spec.task_type!r}"
 
 
+def load_factory(target: CollatorFactory | str) -> CollatorFactory:
+    """The factory ``target`` names: itself, or for ``"module:function"`` that module's function, imported now."""
+    if not isinstance(target, str):
+        return target
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
 def qualname(factory: Any) -> str:
-    """``module.qualname`` of a factory (just the qualname when it has no module, as in an exec'd notebook cell)."""
+    """``module.qualname`` of a factory (just the qualname when it has no module, as in an exec'd notebook cell);
+    a ``"module:function"`` reference reads as ``module.function`` without importing it."""
+    if isinstance(factory, str):
+        return factory.replace(":", ".")
     name = getattr(factory, "__qualname__", repr(factory))
     module = getattr(factory, "__module__", None)
     return f"{module}.{name}" if module else name
@@ -130,7 +149,9 @@ def same_function(registered: Any, new: Any) -> bool:
     """
     if new is registered:
         return True
-    names = [(getattr(f, "__module__", None), getattr(f, "__qualname__", None)) for f in (registered, new)]
+    names = [tuple(f.split(":", 1)) if isinstance(f, str) else (getattr(f, "__module__", None),
+                                                               getattr(f, "__qualname__", None))
+             for f in (registered, new)]
     (module, name), other = names
     return (isinstance(module, str) and isinstance(name, str) and "<lambda>" not in name
             and names[0] == other)

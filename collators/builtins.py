@@ -1,15 +1,13 @@
 """Registration of the built-in collators. Each is registered for its modality only (no task types), so
 any later registration for that modality, such as a user's decorator, takes precedence. ``packed`` is registered
-for no modality: it is chosen by name only (the module asks for it when ``batching='packed'``)."""
+for no modality: it is chosen by name only (the module asks for it when ``batching='packed'``).
+
+Each factory is registered as ``"module:function"`` and imported when first built: the vision collator imports
+torchvision and the audio one torchaudio, which a text task (and its spawned workers) never needs."""
 
 from __future__ import annotations
 
-from collators.audio import create_audio_collator
-from collators.default import create_default_collator
-from collators.packed import create_packed_collator
 from collators.registry import DEFAULT_COLLATOR, CollatorRegistry
-from collators.text import create_text_collator
-from collators.vision import create_vision_collator
 
 BUILTIN_NAMES = (DEFAULT_COLLATOR, "text", "vision", "audio_waveform", "packed")
 
@@ -19,19 +17,19 @@ def register_builtins(registry: CollatorRegistry) -> None:
     if all(name in registry for name in BUILTIN_NAMES):
         return
     registry.register(DEFAULT_COLLATOR, description="torch default_collate that keeps every dict key")(
-        create_default_collator
+        "collators.default:create_default_collator"
     )
     registry.register(
         "text",
         modality="text",
         description="dynamic padding; causal/masked LM, classification, seq2seq labels from the spec",
-    )(create_text_collator)
+    )("collators.text:create_text_collator")
     registry.register("vision", modality="vision", description="images to normalized float (or uint8) batches")(
-        create_vision_collator
+        "collators.vision:create_vision_collator"
     )
     registry.register(
         "audio_waveform", modality="audio", description="pads waveforms; lengths, mask, optional mel features"
-    )(create_audio_collator)
+    )("collators.audio:create_audio_collator")
     registry.register(
         "packed", description="whole documents in one [1, T] sequence, position_ids and cu_seq_lens; no padding"
-    )(create_packed_collator)
+    )("collators.packed:create_packed_collator")

@@ -73,7 +73,9 @@ class CollatorRegistry:
         The factory is called as ``factory(task_spec=spec_or_None, **kwargs)`` and must return a
         callable ``(rows) -> batch``. Registering an existing name raises unless ``override=True`` or the factory
         is the registered one defined again (the same ``__module__`` and ``__qualname__``, as when a notebook cell
-        runs twice), which replaces it.
+        runs twice), which replaces it. The factory may also be given as ``"module:function"``: the registry then
+        imports that module when the entry is first built (the built-ins are registered so, so a text task never
+        imports torchvision or torchaudio, and a spawned worker imports only its own collator's module).
         ``modality`` must be one of MODALITIES and ``task_types`` of TASK_TYPES (with a modality), or the
         entry could never be chosen for a spec.
         """
@@ -82,13 +84,13 @@ class CollatorRegistry:
         task_types = check_selection(name, modality, task_types)
 
         def decorator(factory: CollatorFactory) -> CollatorFactory:
-            if not callable(factory):
+            if not callable(factory) and not _is_reference(factory):
                 raise TypeError(f"register({name!r}) decorates a factory function, but got {factory!r}")
             with self._lock:
                 existing = self._entries.get(name)
-                if existing is not None and not override and not same_function(existing.factory, factory):
+                if existing is not None and not override and not same_function(existing.target, factory):
                     raise ValueError(
-                        f"a collator named {name!r} is already registered ({qualname(existing.factory)}); "
+                        f"a collator named {name!r} is already registered ({qualname(existing.target)}); "
                         f"pass override=True to replace it with {qualname(factory)}, or choose another name"
                     )
                 self._entries[name] = CollatorEntry(name, factory, modality, task_types, description,
@@ -184,3 +186,11 @@ class CollatorRegistry:
 
     def __repr__(self) -> str:
         return f"CollatorRegistry({', '.join(self.names())})"
+
+
+def _is_reference(factory: Any) -> bool:
+    """Whether ``factory`` is a ``"module:function"`` reference to a factory imported on first use."""
+    if not isinstance(factory, str):
+        return False
+    module, colon, function = factory.partition(":")
+    return bool(colon) and all(part.isidentifier() for part in (*module.split("."), function))

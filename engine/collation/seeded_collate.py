@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import inspect
 import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from collators import CollatorRegistry, Resolution, TextCollator
+from collators import CollatorRegistry, Resolution
 from collators.columns import RowBatch
 from engine.core.rng import content_seed, generator_from
 from engine.core.skipped_rows import WithSkippedRows
@@ -43,7 +44,7 @@ class SeededCollate:
         self.takes_generator = accepts_generator(collate_fn)
         self.reads_columns = callable(getattr(collate_fn, "collate_columns", None))
         self.content_seed_from = content_seed_from
-        self.pads_text = isinstance(collate_fn, TextCollator)
+        self.pads_text = _is_text_collator(collate_fn)
 
     def __call__(self, rows: list[Any]) -> Any:
         batch = self._collate(rows)
@@ -135,3 +136,10 @@ def build_collator(
                 f"({resolution.reason}) takes no tokenizer; drop tokenizer= or choose a text collator"
             )
     return resolution.chosen.create(task_spec=spec, **kwargs), resolution
+
+
+def _is_text_collator(collate_fn: Any) -> bool:
+    """Whether ``collate_fn`` is a ``TextCollator``, without importing its module (and numba) for another collator:
+    a TextCollator exists only once its module is imported."""
+    text = sys.modules.get("collators.text")
+    return text is not None and isinstance(collate_fn, text.TextCollator)

@@ -2,14 +2,16 @@
 
 Everything else in the engine uses these small functions, so a new library version is checked in one place.
 Each says what it reaches into, why the public API does not do it, and the versions it was checked against:
-torch 2.9, torchdata 0.11, Lightning 2.6 (the ranges in ``pyproject.toml``, enforced at import by
-:func:`check_versions`). The collators' use of torch's ``collate(..., collate_fn_map=...)``, the extension point
-torch's ``default_collate`` documents, stays in ``collators/default.py``: collators sit below the engine.
+torch 2.9, torchdata 0.11, Lightning 2.6 (the ranges in ``pyproject.toml``, enforced by :func:`check_versions`:
+torch's and torchdata's when this module is imported, Lightning's where it is imported, by :func:`lightning`).
+The collators' use of torch's ``collate(..., collate_fn_map=...)``, the extension point torch's ``default_collate``
+documents, stays in ``collators/default.py``: collators sit below the engine.
 """
 
 from __future__ import annotations
 
 from importlib import metadata
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -25,10 +27,12 @@ SUPPORTED: dict[str, tuple[str, str]] = {
 against, and the ranges ``pyproject.toml`` declares."""
 
 
-def check_versions(installed: dict[str, str] | None = None) -> None:
-    """Raise ImportError when torch, torchdata or Lightning is outside the supported range, naming the package,
-    its version and the range, rather than risk a silent misbehaviour in the internals used here."""
-    for package, (low, high) in SUPPORTED.items():
+def check_versions(installed: dict[str, str] | None = None, packages: tuple[str, ...] = tuple(SUPPORTED)) -> None:
+    """Raise ImportError when one of ``packages`` (torch, torchdata, Lightning) is outside the supported range,
+    naming the package, its version and the range, rather than risk a silent misbehaviour in the internals used
+    here."""
+    for package in packages:
+        low, high = SUPPORTED[package]
         version = (installed or {}).get(package) or metadata.version(package)
         release = Version(Version(version).base_version)
         if not Version(low) <= release < Version(high):
@@ -37,7 +41,17 @@ def check_versions(installed: dict[str, str] | None = None) -> None:
                               f"version, e.g. pip install '{package}>={low},<{high}'")
 
 
-check_versions()
+check_versions(packages=("torch", "torchdata"))  # every loader uses both; Lightning is checked where imported
+
+
+def lightning() -> ModuleType:
+    """The ``lightning`` package, after refusing an unsupported version. The modules whose classes subclass
+    Lightning's (``UniversalDataModule``, ``MultiDataModule``, the callbacks) import it through here, so Lightning
+    is imported, and checked, only where it is used: a plain loop that never reads those names never imports it."""
+    check_versions(packages=("lightning",))
+    import lightning as lightning_package
+
+    return lightning_package
 
 # --- torch's DataLoader iterators -------------------------------------------------------------------------------
 

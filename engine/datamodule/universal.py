@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import lightning
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from engine.core.compat import lightning
 from engine.core.distributed import keep_our_samplers, resolve_world, restore_samplers
 from engine.core.locks import ModuleLock
 from engine.core.rng import drawn_seed
@@ -45,7 +45,7 @@ NOT_CHECKPOINTED = NOT_RECORDED
 ``load_from_checkpoint`` (declared in :data:`engine.loading.settings.SETTINGS`)."""
 
 
-class UniversalDataModule(CheckpointedModule, lightning.LightningDataModule):
+class UniversalDataModule(CheckpointedModule, lightning().LightningDataModule):
     """A LightningDataModule that builds its collator from a TaskSpec and its loaders from a seed.
 
     Also usable without a Trainer: ``dm.train_dataloader()`` works in a plain loop (setup runs on demand),

@@ -16,9 +16,7 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, IterableDataset, Sampler, SequentialSampler
 
-from collators import warm_token_loops
 from collators.default import DefaultCollator
-from collators.text import warm_token_loops_soon
 from engine.collation.handoff import WorkerCollate
 from engine.collation.seeded_collate import SeededCollate
 from engine.core.rng import derive_seed, generator_from, seed_worker
@@ -247,6 +245,20 @@ def warm_while_listing(data: list[Any], num_workers: int, multiprocessing_contex
     if num_workers and _forks({"multiprocessing_context": multiprocessing_context}) and any(
             map(is_shard_data, given)):
         warm_token_loops_soon()
+
+
+def warm_token_loops() -> None:
+    """:func:`collators.text.warm_token_loops`; the text collator's module (and numba) is imported when called."""
+    from collators.text import warm_token_loops as warm
+
+    warm()
+
+
+def warm_token_loops_soon() -> None:
+    """:func:`collators.text.warm_token_loops_soon`; the text collator's module is imported when called."""
+    from collators.text import warm_token_loops_soon as warm_soon
+
+    warm_soon()
 
 
 def _forks(kwargs: dict[str, Any]) -> bool:

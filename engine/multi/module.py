@@ -7,8 +7,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-import lightning
-
+from engine.core.compat import lightning
 from engine.core.locks import ModuleLock
 from engine.core.rng import derive_seed, drawn_seed
 from engine.datamodule.checkpointing import read_configuration
@@ -51,7 +50,7 @@ def child_arguments(train_data: Mapping[str, Any], task_spec: Any, seed: int,
     }
 
 
-class MultiDataModule(lightning.LightningDataModule):
+class MultiDataModule(lightning().LightningDataModule):
     """Several named datasets trained through one seeded, resumable schedule: a composite of one
     :class:`~engine.datamodule.universal.UniversalDataModule` per name (``dm.children``), each with its own spec,
     split, collator and a seed derived from its name.

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from collators.packed import PACKED_TASK_TYPES
 from engine.core.checks import check_int, keyword_or_spec
 
 BATCHING_MODES = ("plain", "grouped", "token_budget", "packed")
@@ -32,10 +31,13 @@ def resolve_batching(spec: Any, batching: str | None, max_tokens: int | None,
                              f"batching='token_budget' or 'packed'")
         return batching, None, reason
     task_type = getattr(spec, "task_type", None)
-    if batching == "packed" and spec is not None and task_type not in PACKED_TASK_TYPES:
-        raise ValueError(f"batching='packed' ({reason}) concatenates documents for language modelling "
-                         f"({', '.join(PACKED_TASK_TYPES)}), but the spec's task_type={task_type!r}; use batching="
-                         f"'plain', 'grouped' or 'token_budget' for {task_type}")
+    if batching == "packed" and spec is not None:
+        from collators.packed import PACKED_TASK_TYPES  # the packed collator's module (numba): packed batches only
+
+        if task_type not in PACKED_TASK_TYPES:
+            raise ValueError(f"batching='packed' ({reason}) concatenates documents for language modelling "
+                             f"({', '.join(PACKED_TASK_TYPES)}), but the spec's task_type={task_type!r}; use "
+                             f"batching='plain', 'grouped' or 'token_budget' for {task_type}")
     max_tokens, _ = keyword_or_spec("max_tokens", max_tokens, spec)
     if max_tokens is None:
         raise ValueError(f"batching={batching!r} needs max_tokens=... (or spec.preprocessing_config['max_tokens'])")

@@ -7,6 +7,7 @@ sampler to the collator. ``view(indices)`` selects a split without copying rows.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
@@ -21,13 +22,10 @@ from engine.sources.shards.listing import Shards, is_url
 from engine.sources.shards.source import ShardedSource
 from engine.sources.wrappers import HFSource, TensorListSource, TorchSource
 
-try:  # datasets is a dependency, but sources of other kinds must not need it at import time
-    import datasets as hf_datasets
-except ImportError:  # pragma: no cover
-    hf_datasets = None
-
 
 def is_hf_dataset(data: Any) -> bool:
+    # datasets (with pandas and pyarrow, seconds to import) is loaded wherever one of its datasets exists
+    hf_datasets = sys.modules.get("datasets")
     return hf_datasets is not None and isinstance(data, hf_datasets.Dataset)
 
 
@@ -47,6 +45,8 @@ def as_source(data: Any, *, key: str | None = None, spec: Any = None, what: str 
     if is_hf_dataset(data):
         return HFSource(folder_columns(data, spec))  # an image folder's image and label read as a vision spec's
     if type(data).__name__ == "DataFrame" and type(data).__module__.startswith("pandas"):
+        import datasets as hf_datasets
+
         return HFSource(hf_datasets.Dataset.from_pandas(data, preserve_index=False))  # Arrow, no row copies
     if is_column_dict(data, spec, what):
         return TorchSource(columns_dataset(data))

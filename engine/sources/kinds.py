@@ -4,6 +4,7 @@ in ``files.py``)."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -16,11 +17,8 @@ from engine.sources.shards.listing import Shards, is_url
 
 
 def is_hf_dataset_dict(data: Any) -> bool:
-    try:
-        import datasets as hf_datasets
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(data, hf_datasets.DatasetDict)
+    hf_datasets = sys.modules.get("datasets")  # a DatasetDict exists only once datasets is imported
+    return hf_datasets is not None and isinstance(data, hf_datasets.DatasetDict)
 
 
 ACCEPTED = ("a datasets.Dataset or DatasetDict, a datasets.IterableDataset (a stream), a map-style torch Dataset "

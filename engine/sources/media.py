@@ -15,9 +15,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from torchvision.transforms.v2.functional import pil_to_tensor
-
-from collators.images import to_chw
 
 FOLDER_COLUMNS = ("image", "label")
 """The columns of an image folder as ``datasets``' imagefolder names them: the image, and the class of its
@@ -75,6 +72,10 @@ class DecodeMedia:
         self.fields, self.images, self.audio, self.target = fields, images, audio, target
 
     def __call__(self, batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        if self.images:  # torchvision and PIL, imported where images are decoded (in the worker, not at import)
+            from torchvision.transforms.v2.functional import pil_to_tensor
+
+            from collators.images import to_chw
         out = dict(batch)
         for name in self.fields:
             if name in self.images and name == self.target:

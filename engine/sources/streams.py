@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import itertools
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,14 +14,9 @@ from torch.utils.data import IterableDataset
 
 from engine.core.rng import hash_into
 
-try:
-    import datasets as hf_datasets
-    from datasets.distributed import split_dataset_by_node
-except ImportError:  # pragma: no cover
-    hf_datasets = None
-
 
 def is_hf_stream(data: Any) -> bool:
+    hf_datasets = sys.modules.get("datasets")  # a datasets stream exists only once datasets is imported
     return hf_datasets is not None and isinstance(data, hf_datasets.IterableDataset)
 
 
@@ -44,6 +40,8 @@ class EpochStream(IterableDataset):
 
     def __init__(self, stream: Any, *, rank: int = 0, world_size: int = 1) -> None:
         if world_size > 1:
+            from datasets.distributed import split_dataset_by_node
+
             stream = split_dataset_by_node(stream, rank=rank, world_size=world_size)
         self.stream, self.world_size = stream, world_size
         self._advance = False  # whether the next pass starts a new epoch

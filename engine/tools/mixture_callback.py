@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import lightning
 import torch
 
 from engine.core.checks import check_int
+from engine.core.compat import lightning
 from engine.tools.report_mixture import served_summary
 
 LOGGED = ("weight", "target_share", "rows", "row_share", "tokens", "token_share")
@@ -22,7 +22,7 @@ def mixture_metrics(summary: dict[str, Any], prefix: str) -> dict[str, float]:
             for key in shown}
 
 
-class MixtureCallback(lightning.Callback):
+class MixtureCallback(lightning().Callback):
     """Logs, per source of the data module's mixture, the rows and tokens served since the start of training (all
     ranks; they go on from a checkpoint's counts after a resume), their shares, the share the weights asked for
     and the weight of the current step, as ``mixture/<source>/<number>``.

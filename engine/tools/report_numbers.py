@@ -9,12 +9,12 @@ report says why, rather than stalling a notebook.
 from __future__ import annotations
 
 import itertools
+import sys
 from typing import Any
 
 import numpy as np
 from torch.utils.data import IterableDataset
 
-from collators.packed import PackedCollator
 from engine.sources.lengths import lengths_of
 
 ROW_PASS_LIMIT = 10_000
@@ -67,7 +67,7 @@ def padded_widths(longest: np.ndarray, collator: Any) -> np.ndarray:
 def padding_share(batches: list[list[int]], lengths: np.ndarray, collator: Any = None) -> float | None:
     """Share of padded positions holding no data over ``batches`` (a sampler's epoch), the collator's truncation
     and rounding applied; None for no batches. One ``reduceat`` over the flattened batches, no loop over rows."""
-    if isinstance(collator, PackedCollator) and batches:  # documents concatenated, no padding: every position real
+    if _is_packed(collator) and batches:  # documents concatenated, no padding: every position real
         return 0.0
     sizes = np.fromiter(map(len, batches), dtype=np.int64, count=len(batches))
     flat = np.fromiter(itertools.chain.from_iterable(batches), dtype=np.int64, count=int(sizes.sum()))
@@ -172,3 +172,9 @@ def describe_reads(reads: dict[str, Any]) -> str:
     return (f"{reads['shards']} shards, {reads['row_groups']} row groups, {reads['rows']} rows; reads of this "
             f"process: {counts(reads['process'])}; of its loader workers (as of their last batch): "
             f"{counts(reads['workers'])}")
+
+
+def _is_packed(collator: Any) -> bool:
+    """Whether ``collator`` is a ``PackedCollator``; its module (numba) is loaded wherever one exists."""
+    packed = sys.modules.get("collators.packed")
+    return packed is not None and isinstance(collator, packed.PackedCollator)

@@ -5,8 +5,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-import lightning
-
+from engine.core.compat import lightning
 from engine.core.skipped_rows import SkippedRow, SkipReport
 
 
@@ -23,7 +22,7 @@ def skip_reports(datamodule: Any) -> dict[str, SkipReport]:
     return {"": report}
 
 
-class SkippedRowsCallback(lightning.Callback):
+class SkippedRowsCallback(lightning().Callback):
     """Logs how many rows the data module left out as ``data/skipped_rows`` (summed over ranks) at the end of each
     training and validation epoch, and warns once per epoch with the rows left out since its last warning.
 

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from engine import DataLoaderConfig, DataLoaderFactory, UniversalDataModule
-from engine.tools.monitor import DataMonitor, DataMonitorCallback, MonitorStats, batch_counts
+from engine.tools.monitor import DataMonitor, MonitorStats, batch_counts
+from engine.tools.monitor_callback import DataMonitorCallback
 from task_spec import TaskSpec
 
 

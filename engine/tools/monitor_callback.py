@@ -1,0 +1,56 @@
+"""DataMonitorCallback: the data path's metrics (:class:`~engine.tools.monitor.DataMonitor`) logged during a
+Lightning ``fit``. Its own module, so the monitor itself never imports Lightning."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from engine.core.checks import check_int
+from engine.core.compat import lightning
+from engine.tools.monitor import DataMonitor
+
+
+class DataMonitorCallback(lightning().Callback):
+    """Logs the data-path metrics during ``fit`` as ``data/<name>`` through ``pl_module.log``.
+
+    The wait for a batch is the time from the end of the previous training batch (or the start of the epoch)
+    to ``on_train_batch_start``: Lightning fetches the next batch in that gap. Metrics cover the current epoch
+    and are logged every ``log_every_n_steps`` batches and at the end of each epoch; ``self.monitor`` holds them.
+
+    Args:
+        log_every_n_steps: Log every this many training batches.
+        memory_every: Sample memory every this many batches (each sample is a few psutil system calls).
+        prefix: Prefix of the logged names.
+    """
+
+    def __init__(self, *, log_every_n_steps: int = 50, memory_every: int = 50, prefix: str = "data/") -> None:
+        check_int("log_every_n_steps", log_every_n_steps, minimum=1)
+        self.log_every_n_steps, self.prefix = log_every_n_steps, prefix
+        self.monitor = DataMonitor(memory_every=memory_every)
+        self._last_end: float | None = None
+        self.last_logged: dict[str, float] = {}
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        self.monitor.reset()
+        self._last_end = time.perf_counter()
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        now = time.perf_counter()
+        self.monitor.record(batch, wait_s=now - self._last_end if self._last_end is not None else 0.0)
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self._last_end = time.perf_counter()
+        self.monitor.end_step(self._last_end)
+        if self.monitor.batches % self.log_every_n_steps == 0:
+            self._log(pl_module, on_step=True)
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        if self.monitor.batches:
+            self._log(pl_module, on_step=False)
+
+    def _log(self, pl_module: Any, *, on_step: bool) -> None:
+        stats = self.monitor.stats().as_dict()
+        self.last_logged = {f"{self.prefix}{key}": value for key, value in stats.items()}
+        for name, value in self.last_logged.items():
+            pl_module.log(name, value, on_step=on_step, on_epoch=not on_step, batch_size=1)
