@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from engine.loading.factory import block_order
 from engine.sampling.length import MEGA_BATCH_FACTOR
 from engine.sampling.mixtures.mixture import Mixture
@@ -36,16 +38,19 @@ def mixture_order(mixture: Mixture, source: MixedSource, *, batching: str, key: 
     """The order of ``mixture`` over the train split's sources: blocks of one global batch (one step) under plain
     and grouped batching, of :data:`DOCUMENT_BLOCK` documents otherwise."""
     lengths = None
-    if key is not None and (mixture.by == "tokens" or batching != "plain" or _has_lengths(source, key)):
+    if key is not None and (mixture.by == "tokens" or batching != "plain"):
         lengths = [lengths_of(part, key) for part in source.sources]
+    elif key is not None:  # plain batching by rows: the served tokens too, where no row must be read for them
+        lengths = _cheap_lengths(source, key)
     block = global_batch if batching in ("plain", "grouped") else DOCUMENT_BLOCK
     return MixtureOrder(mixture, source.sizes, block=block, seed=seed, lengths=lengths,
                         within=[block_order(part) for part in source.sources])
 
 
-def _has_lengths(source: MixedSource, key: str) -> bool:
-    """Whether every source's lengths come without reading its rows one by one (for the served tokens)."""
+def _cheap_lengths(source: MixedSource, key: str) -> list[np.ndarray] | None:
+    """Each source's lengths where every source knows them without reading its rows one by one, else None."""
     try:
-        return source.lengths(key) is not None
-    except (KeyError, TypeError):  # a field without lengths (an image, raw text): none to serve counts of
-        return False
+        parts = [part.lengths(key) for part in source.sources]
+    except (KeyError, TypeError):  # a field without lengths (an image, raw text): no served tokens to count
+        return None
+    return None if any(part is None for part in parts) else parts

@@ -122,6 +122,15 @@ class Source(Protocol):
         """Integer class labels of ``field`` read without reading rows (an Arrow column), else None."""
         ...
 
+    def class_names(self, field: str) -> list[str] | None:
+        """The names of the classes of ``field`` (a ``datasets.ClassLabel``), else None."""
+        ...
+
+    @property
+    def lengths_from(self) -> str:
+        """How :meth:`lengths` reads them, as the report says it (e.g. "Arrow list offsets")."""
+        ...
+
 
 def epoch_blocks_of(data: Any) -> EpochBlocks | None:
     """:meth:`Source.epoch_blocks` of ``data`` when it is a source; None for data not yet adapted to one (a list of
