@@ -21,13 +21,11 @@ def lengths_of(source: Any, key: str | None = None) -> np.ndarray:
         TypeError: the field has no length (e.g. raw text, a scalar).
     """
     source = as_source(source)
-    lengths = source.lengths(key)
-    if lengths is not None:
-        return lengths
     parts = [part for _, part in source.parts()]
-    if parts != [source]:  # a mixture: its sources one after another, each measured as it allows
+    if parts != [source]:  # a mixture: its sources one after another, each measured once, as it allows
         return np.concatenate([lengths_of(part, key) for part in parts])
-    return _row_lengths(source, key)
+    lengths = source.lengths(key)
+    return lengths if lengths is not None else _row_lengths(source, key)
 
 
 def check_no_empty_rows(source: MapSource, key: str | None, role: str) -> None:
