@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from collators._layout_index import span_index
 from collators.columns import ColumnBatch, RaggedColumn, RowBatch, SpanColumn
 from engine.core.rng import derive_seed
 from engine.sources.rows import ColumnarSource, MapSource
@@ -31,6 +32,10 @@ class MixedSource(ColumnarSource):
         self.names = tuple(sources)
         self.sources = tuple(sources.values())
         self.offsets = np.r_[0, np.cumsum([len(source) for source in self.sources])].astype(np.int64)
+        self._names = np.array(self.names, dtype=object)
+        """The names as an array: a batch's ``sources`` in one gather."""
+        self._sharded = self._counted()
+        self._numbers = np.arange(len(self.sources) + 1)
 
     def __len__(self) -> int:
         return int(self.offsets[-1])
@@ -78,11 +83,25 @@ class MixedSource(ColumnarSource):
     def locate(self, rows: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """``(source, row within it)`` of each of ``rows``."""
         rows = np.asarray(rows, dtype=np.int64)
-        if len(rows) and (rows.min() < 0 or rows.max() >= len(self)):
+        if len(rows) and (rows.min() < 0 or rows.max() >= self.offsets[-1]):
             bad = int(rows[(rows < 0) | (rows >= len(self))][0])
             raise IndexError(f"row {bad} is out of range for the mixed source of {len(self)} rows")
         which = np.searchsorted(self.offsets, rows, side="right") - 1
         return which, rows - self.offsets[which]
+
+    def _grouped(self, rows: Sequence[int]) -> tuple[np.ndarray, np.ndarray, list[tuple[int, np.ndarray]]]:
+        """:meth:`locate`, and ``(source, places)`` of each source read: the places of the batch holding its rows,
+        in the batch's order (one pass over the batch's few rows, not one scan of it per source)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        which = np.searchsorted(self.offsets, rows, side="right") - 1
+        numbers = which.tolist()
+        if numbers and (min(numbers) < 0 or max(numbers) >= len(self.sources)):
+            self.locate(rows)  # names the row out of range
+        places: list[list[int]] = [[] for _ in self.sources]
+        for place, number in enumerate(numbers):
+            places[number].append(place)
+        groups = [(number, np.asarray(place, dtype=np.int64)) for number, place in enumerate(places) if place]
+        return which, rows - self.offsets[which], groups
 
     def __getitem__(self, index: int) -> Any:
         return self.__getitems__([index])[0]
@@ -94,7 +113,7 @@ class MixedSource(ColumnarSource):
     def __getitems__(self, indices: Sequence[int]) -> RowBatch | ColumnBatch:
         """The batch at ``indices``; in a loader worker it carries, by name, what each sharded source's reader did
         since the worker's previous batch (``reader_counts``, for :meth:`add_worker_counts` in the parent)."""
-        sent = {name: (source, source._unsent()) for name, source in self._counted().items()}
+        sent = {name: (source, source._unsent()) for name, source in self._sharded.items()}
         batch = self._read(indices)
         counts = {name: new for name, (source, before) in sent.items()
                   if before is not None and (new := source._since_sent(before))}
@@ -119,21 +138,20 @@ class MixedSource(ColumnarSource):
 
     def _read(self, indices: Sequence[int]) -> RowBatch | ColumnBatch:
         self._read_ahead(indices)
-        if self.hands_columns and self.columnar():
-            which, within = self.locate(list(indices))
-            try:
-                columns = self._merged_columns(which, within)
-            except Exception:  # noqa: BLE001 - the rows path names the failing row, or leaves it out
-                return self._rows(indices)
-            users = np.zeros(len(which), dtype=np.int64)
-            for number in np.unique(which).tolist():
-                places = which == number
-                users[places] = self.sources[number].user_indices(within[places])
-            batch = ColumnBatch(columns, len(which), rng_seed=getattr(indices, "rng_seed", None), role=self.role,
-                                indices=users.tolist())
-            batch.sources = [self.names[number] for number in which.tolist()]
-            return batch
-        return self._rows(indices)
+        if not (self.hands_columns and self.columnar()):
+            return self._rows(indices)
+        which, within, groups = self._grouped(indices)
+        try:
+            columns = self._merged_columns(groups, within, len(which))
+        except Exception:  # noqa: BLE001 - the rows path names the failing row, or leaves it out
+            return self._rows(indices)
+        users = np.empty(len(which), dtype=np.int64)
+        for number, places in groups:
+            users[places] = self.sources[number].user_indices(within[places])
+        batch = ColumnBatch(columns, len(which), rng_seed=getattr(indices, "rng_seed", None), role=self.role,
+                            indices=users.tolist())
+        batch.sources = self._names[which].tolist()
+        return batch
 
     def _read_ahead(self, indices: Sequence[int]) -> None:
         """Start each source's reads of its rows of a coming batch (:attr:`BatchIndices.ahead`)."""
@@ -148,20 +166,21 @@ class MixedSource(ColumnarSource):
             if source.reads_ahead and (ahead_which == number).any():
                 source.read_ahead(ahead_within[ahead_which == number].tolist())
 
-    def _merged_columns(self, which: np.ndarray, within: np.ndarray) -> dict[str, Any]:
-        """Each source's columns of its rows, laid in the batch's order: token columns as spans of one buffer
-        (each source's rows gathered once), other columns as lists."""
-        parts = [(places, self.sources[number].fetch_columns(within[places].tolist()))
-                 for number in np.unique(which).tolist() for places in [np.flatnonzero(which == number)]]
+    def _merged_columns(self, groups: list[tuple[int, np.ndarray]], within: np.ndarray, size: int
+                        ) -> dict[str, Any]:
+        """Each source's columns of its rows (one read per source), laid in the batch's order: token columns as
+        spans of one buffer (one gather per source), other columns as lists."""
+        parts = [self.sources[number].fetch_columns(within[places]) for number, places in groups]
+        places = [places for _, places in groups]
         merged: dict[str, Any] = {}
-        for name in parts[0][1]:
-            values = [columns[name] for _, columns in parts]
+        for name in parts[0]:
+            values = [columns[name] for columns in parts]
             if all(isinstance(value, (RaggedColumn, SpanColumn)) for value in values):
-                merged[name] = _spans_in_order([places for places, _ in parts], values, len(which))
+                merged[name] = _spans_in_order(places, values, size)
             else:
-                column: list[Any] = [None] * len(which)
-                for (places, _), value in zip(parts, values):
-                    for place, item in zip(places.tolist(), value.rows() if hasattr(value, "rows") else value):
+                column: list[Any] = [None] * size
+                for where, value in zip(places, values):
+                    for place, item in zip(where.tolist(), value.rows() if hasattr(value, "rows") else value):
                         column[place] = item
                 merged[name] = column
         return merged
@@ -215,16 +234,31 @@ class MixedSource(ColumnarSource):
 
 
 def _spans_in_order(places: list[np.ndarray], values: list[RaggedColumn | SpanColumn], size: int) -> SpanColumn:
-    """Ragged columns of several sources as one :class:`SpanColumn` whose row ``places[k][i]`` is row ``i`` of
-    ``values[k]``: spans of one buffer, each source's rows copied into it once."""
-    ragged = [value.ragged() if isinstance(value, SpanColumn) else value for value in values]
-    buffers = [np.asarray(one.values) for one in ragged]
-    bases = np.r_[0, np.cumsum([len(buffer) for buffer in buffers])[:-1]]
-    starts, lengths = np.zeros(size, dtype=np.int64), np.zeros(size, dtype=np.int64)
-    for where, one, base in zip(places, ragged, bases):
-        offsets = np.asarray(one.offsets, dtype=np.int64)
-        starts[where], lengths[where] = offsets[:-1] + base, np.diff(offsets)
-    return SpanColumn(np.concatenate(buffers) if len(buffers) > 1 else buffers[0], starts, lengths)
+    """Ragged or span columns of several sources as one :class:`SpanColumn` whose row ``places[k][i]`` is row
+    ``i`` of ``values[k]``: the rows of every source gathered into one new buffer, source after source, through
+    one flat index (one ``take`` per source's buffer), and each batch row's span of it set in the batch's order."""
+    buffers = [np.asarray(value.values) for value in values]
+    starts, lengths = [], []
+    for value in values:
+        if isinstance(value, SpanColumn):
+            starts.append(np.asarray(value.starts, dtype=np.int64))
+            lengths.append(np.asarray(value.lengths, dtype=np.int64))
+        else:
+            offsets = np.asarray(value.offsets, dtype=np.int64)
+            starts.append(offsets[:-1])
+            lengths.append(offsets[1:] - offsets[:-1])
+    flat, offsets = span_index(np.concatenate(starts), np.concatenate(lengths))
+    buffer = np.empty(len(flat), dtype=np.result_type(*buffers))
+    row = begin = 0
+    for one, count in zip(buffers, (len(where) for where in places)):
+        row += count
+        end = int(offsets[row])  # where this source's tokens end in the buffer
+        buffer[begin:end] = one[flat[begin:end]]
+        begin = end
+    out_starts, out_lengths = np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64)
+    where = np.concatenate(places)
+    out_starts[where], out_lengths[where] = offsets[:-1], np.concatenate(lengths)
+    return SpanColumn(buffer, out_starts, out_lengths)
 
 
 def _own_seeds(transform: RowTransform | None, name: str) -> RowTransform | None:
