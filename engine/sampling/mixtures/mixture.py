@@ -118,17 +118,25 @@ class Mixture:
 
     def weights_at(self, step: int) -> np.ndarray:
         """The normalized weights at training ``step``, in the order of :attr:`names`."""
+        return self.weights_over(np.array([step]))[0]
+
+    def weights_over(self, steps: np.ndarray) -> np.ndarray:
+        """``[steps, sources]``: the normalized weights at each training step of ``steps`` (one array operation
+        per schedule point, not one call per step)."""
+        steps = np.asarray(steps, dtype=np.int64)
         before_step, before = 0, np.array([self.weights[name] for name in self.names])
+        out = np.empty((len(steps), len(self.names)))
         for point_step, weights, ramp in self.points:
             target = np.array(weights)
-            if step >= point_step:
-                before_step, before = point_step, target
-                continue
+            inside = (steps >= before_step) & (steps < point_step)
             if ramp == "linear":
-                share = (step - before_step) / (point_step - before_step)
-                return before + share * (target - before)
-            return before
-        return before
+                share = (steps[inside] - before_step) / (point_step - before_step)
+                out[inside] = before + share[:, None] * (target - before)
+            else:
+                out[inside] = before
+            before_step, before = point_step, target
+        out[steps >= before_step] = before
+        return out
 
     def constant_until(self, step: int) -> float | None:
         """The first step after ``step`` at which the weights may change (``inf``: never), if they hold from

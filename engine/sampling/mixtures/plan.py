@@ -110,6 +110,8 @@ def walk(order: Any, epoch: int, start_step: int, starts: tuple[int, ...]) -> Ep
     by_tokens = mixture.by == "tokens"
     if by_tokens and not mixture.points:
         return _merged_by_tokens(order, epoch, start_step, starts, caps, limit)
+    if by_tokens:
+        return _scheduled_by_tokens(order, epoch, start_step, starts, caps, limit)
     draws = order._new_draws(epoch, starts)
     targets, served, token_served = [0.0] * sources, [0] * sources, [0] * sources
     token_targets = [0.0] * sources  # by tokens: each block's tokens times the weights of its step, summed
@@ -125,10 +127,7 @@ def walk(order: Any, epoch: int, start_step: int, starts: tuple[int, ...]) -> Ep
             cached_step = step
         if limit is None and not any(weight > 0 and cap is not None for weight, cap in zip(weights, caps)) \
                 and step >= last_change:
-            stopping = [name for name, cap in zip(mixture.names, caps) if cap is not None]
-            raise ValueError(f"the mixture's epoch would never end: from step {step} on, the sources that stop "
-                             f"({stopping}) have weight 0 and the others cycle; give samples_per_epoch=..., or "
-                             f"a stopping source a weight")
+            raise _never_ends(mixture, caps, step)
         room = [math.inf if cap is None else cap - taken for cap, taken in zip(caps, served)]
         stretch = None if by_tokens else _stretch(order, weights, targets, served, room, step, limit, total)
         if stretch is not None:  # blocks at constant weights, in one vectorized step
@@ -164,6 +163,54 @@ def walk(order: Any, epoch: int, start_step: int, starts: tuple[int, ...]) -> Ep
     return EpochPlan(epoch, start_step, _joined(counts, sources, np.int64),
                      _joined(tokens, sources, np.int64) if order.lengths is not None else None,
                      starts, _joined(used, sources, np.float64))
+
+def _never_ends(mixture: Any, caps: list[int | None], step: int) -> ValueError:
+    stopping = [name for name, cap in zip(mixture.names, caps) if cap is not None]
+    return ValueError(f"the mixture's epoch would never end: from step {step} on, the sources that stop "
+                      f"({stopping}) have weight 0 and the others cycle; give samples_per_epoch=..., or a "
+                      f"stopping source a weight")
+
+
+def _scheduled_by_tokens(order: Any, epoch: int, start_step: int, starts: tuple[int, ...], caps: list[int | None],
+                         limit: int | None) -> EpochPlan:
+    """By tokens under a schedule: block by block, each at its step's weights, by :func:`_token_block`'s rule,
+    in the compiled loop :func:`engine.sampling.mixtures._kernels.token_blocks` (the same counts, bit for bit).
+    The loop runs over a span of steps with the draws at hand; between runs the draws are read ahead (doubling)
+    and the next span's weights computed at once."""
+    from engine.sampling.mixtures import _kernels  # numba, compiled on first use: mixtures by tokens that change
+
+    mixture, sources, block = order.mixture, len(order.sizes), order.block
+    draws = order._new_draws(epoch, starts)
+    for one in draws:
+        one._ensure(block)
+    capped = np.asarray([-1 if cap is None else cap for cap in caps], dtype=np.int64)
+    served, token_served = np.zeros(sources, dtype=np.int64), np.zeros(sources, dtype=np.int64)
+    targets = np.zeros(sources)
+    counts, tokens, used = [], [], []
+    step, total, span = start_step, 0, 1024
+    while True:
+        running = np.concatenate([one._running for one in draws])
+        bases = np.r_[0, np.cumsum([len(one._running) for one in draws])[:-1]].astype(np.int64)
+        have = np.asarray([len(one._rows) for one in draws], dtype=np.int64)
+        weights = mixture.weights_over(np.arange(step, step + span))
+        chunk_counts, chunk_tokens = np.empty((span, sources), dtype=np.int64), np.empty((span, sources), np.int64)
+        reason, written, step, total = _kernels.token_blocks(
+            running, bases, have, weights, block, -1 if limit is None else limit, capped,
+            mixture.points[-1][0], step, total, served, token_served, targets, chunk_counts, chunk_tokens)
+        counts.append(chunk_counts[:written])
+        tokens.append(chunk_tokens[:written])
+        used.append(weights[:written])
+        if reason == _kernels.NEVER:
+            raise _never_ends(mixture, caps, step)
+        if reason == _kernels.DRAWS:
+            for s, one in enumerate(draws):
+                one._ensure(int(served[s]) + block)
+        elif reason == _kernels.STEPS:
+            span = min(2 * span, 1 << 16)
+        else:
+            break
+    return EpochPlan(epoch, start_step, np.concatenate(counts), np.concatenate(tokens), starts, np.concatenate(used))
+
 
 def _merged_by_tokens(order: Any, epoch: int, start_step: int, starts: tuple[int, ...], caps: list[int | None],
                       limit: int | None) -> EpochPlan:

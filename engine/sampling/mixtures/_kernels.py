@@ -1,0 +1,108 @@
+"""Compiled loop (numba) of a mixture's epoch drawn by tokens under a schedule: each block's draws merged in the
+order in which they fall due (:func:`engine.sampling.mixtures.plan._token_block`'s rule), block after block.
+
+Every block's merge depends on the tokens of the blocks before it (the targets add each block's tokens at its
+step's weights), so the blocks are computed in turn; in Python each costs dozens of numpy calls, here a few
+hundred compares. The arithmetic is the Python rule's, operation for operation (the same float64 values, the same
+ties: a stable sort's), so the order is the same bit for bit. Compiled on first use (about a second) and cached on
+disk, like the collators' loops (:func:`collators._kernels.compiled`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from collators._kernels import compiled
+
+GO_ON, LIMIT, EMPTY, LAST, DRAWS, STEPS, NEVER = 0, 1, 2, 3, 4, 5, 6
+"""Why :func:`token_blocks` returned: the blocks go on past its steps (``STEPS``) or a source needs more draws
+at hand (``DRAWS``); the epoch ended at its row limit (``LIMIT``), with a block that took nothing (``EMPTY``), or
+with a source's last rows or a short block (``LAST``); or it would never end (``NEVER``)."""
+
+
+@compiled
+def token_blocks(running: np.ndarray, bases: np.ndarray, have: np.ndarray, weights: np.ndarray, block: int,
+                 limit: int, caps: np.ndarray, last_change: int, step: int, total: int, served: np.ndarray,
+                 token_served: np.ndarray, targets: np.ndarray, counts: np.ndarray,
+                 tokens: np.ndarray) -> tuple[int, int, int, int]:
+    """Blocks from ``step`` on, each drawn by tokens at its row of ``weights`` (``weights[k]``: step ``step + k``).
+
+    Source ``s``'s running tokens (before each of its draws, and after the last at hand) are
+    ``running[bases[s]:bases[s] + have[s] + 1]``; ``served`` (rows: the draws taken), ``token_served`` and
+    ``targets`` (each source's tokens the weights asked for so far) are the walk's state, updated in place;
+    ``limit`` < 0: none; ``caps[s]`` < 0: the source cycles. Block ``k``'s rows and tokens are written to
+    ``counts[k]`` and ``tokens[k]``. Returns ``(reason, blocks written, step, total rows)``.
+    """
+    sources = len(bases)
+    keys = np.empty(sources, dtype=np.float64)
+    offsets = np.empty(sources, dtype=np.float64)
+    room = np.empty(sources, dtype=np.int64)
+    count = np.empty(sources, dtype=np.int64)
+    picked = np.empty(sources, dtype=np.int64)
+    written = 0
+    while True:
+        size = block if limit < 0 else min(block, limit - total)
+        if size <= 0:
+            return LIMIT, written, step, total
+        if written == len(weights):
+            return STEPS, written, step, total
+        w = weights[written]
+        if limit < 0 and step >= last_change:
+            stops = False
+            for s in range(sources):
+                if w[s] > 0 and caps[s] >= 0:
+                    stops = True
+            if not stops:
+                return NEVER, written, step, total
+        for s in range(sources):
+            if served[s] + size > have[s]:
+                return DRAWS, written, step, total
+        # the block: each source's next draws merged by the token count at which each falls due
+        for s in range(sources):
+            room[s] = size if caps[s] < 0 else caps[s] - served[s]
+            count[s] = max(0, min(size, room[s]))
+            picked[s] = 0
+            at = bases[s] + served[s]
+            offsets[s] = (np.float64(token_served[s]) - targets[s]) - np.float64(running[at])
+            if count[s] > 0:
+                keys[s] = _due(running, at, offsets[s], w[s])
+        drawn = 0
+        while drawn < size:
+            best = -1
+            for s in range(sources):
+                if picked[s] < count[s] and (best < 0 or keys[s] < keys[best]):
+                    best = s
+            if best < 0:
+                break
+            picked[best] += 1
+            drawn += 1
+            if picked[best] < count[best]:
+                keys[best] = _due(running, bases[best] + served[best] + picked[best], offsets[best], w[best])
+        if drawn == 0:
+            return EMPTY, written, step, total
+        block_tokens = 0
+        for s in range(sources):
+            at = bases[s] + served[s]
+            tokens[written, s] = running[at + picked[s]] - running[at]
+            counts[written, s] = picked[s]
+            block_tokens += tokens[written, s]
+        last = drawn < size
+        for s in range(sources):
+            if caps[s] >= 0 and picked[s] >= room[s]:
+                last = True
+            served[s] += picked[s]
+            token_served[s] += tokens[written, s]
+            targets[s] = targets[s] + w[s] * np.float64(block_tokens)
+        total += drawn
+        step += 1
+        written += 1
+        if last:
+            return LAST, written, step, total
+
+
+@compiled
+def _due(running: np.ndarray, at: int, offset: float, weight: float) -> float:
+    """The token count of the mixture at which the draw at ``at`` falls due (inf for a source of weight 0)."""
+    if weight > 0:
+        return ((running[at] + running[at + 1]) * 0.5 + offset) / weight
+    return np.inf
