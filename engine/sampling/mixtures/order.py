@@ -63,6 +63,8 @@ class MixtureOrder:
         self._epoch_expected: dict[int, np.ndarray] = {}
         """Per epoch whose plan was let go: the rows its weights asked for over the whole epoch, for the summary."""
         self._orders: dict[int, np.ndarray] = {}
+        self._drawn: tuple[tuple[int, tuple[int, ...]], list[Draws]] | None = None
+        """The latest draws made, by (epoch, starts): those of the plan that :meth:`order` turns into rows."""
         self.meter = ServedMeter(self)
         self._origin: tuple[int, int, tuple[int, ...] | None] = (0, 0, None)
         """(epoch, step, each source's first draw) this mixture's epochs start from: (0, 0, None: fresh), where a
@@ -239,12 +241,11 @@ class MixtureOrder:
                 labels[start:start + size] = rng.permutation(labels[start:start + size])
                 start += size
             order = np.empty(len(labels), dtype=np.int64)
-            where = np.argsort(labels, kind="stable")  # each source's positions, in order
-            bounds = np.r_[0, np.cumsum(np.bincount(labels, minlength=sources))]
-            for index, draws in enumerate(self._new_draws(epoch, plan.starts)):
-                places = where[bounds[index]:bounds[index + 1]]
-                order[places] = draws.rows(len(places)) + self.offsets[index]
-            self._orders = {epoch: order}  # one epoch at a time: the sampler asks for the epoch it serves
+            drawn = self._drawn if self._drawn is not None and self._drawn[0] == (epoch, plan.starts) else None
+            draws = drawn[1] if drawn is not None else self._new_draws(epoch, plan.starts)
+            for index, (one, count) in enumerate(zip(draws, plan.counts.sum(axis=0).tolist())):
+                order[labels == index] = one.rows(count) + self.offsets[index]  # its positions, in turn
+            self._orders, self._drawn = {epoch: order}, None  # one epoch at a time: the one the sampler serves
         return self._orders[epoch]
 
     def source_of(self, rows: np.ndarray) -> np.ndarray:
@@ -271,9 +272,13 @@ class MixtureOrder:
         return plan
 
     def _new_draws(self, epoch: int, starts: tuple[int, ...]) -> list[Draws]:
-        return [Draws(self.seed, name, int(size), start, None if self.mixture.passes(name) is None else epoch,
+        """Each source's draws of ``epoch`` from ``starts``, kept until :meth:`order` takes their rows (the plan
+        read the draws' first rows already: a pass's permutation is made once an epoch)."""
+        draws = [Draws(self.seed, name, int(size), start, None if self.mixture.passes(name) is None else epoch,
                        self.lengths[index] if self.lengths is not None else None, self.within[index])
-                for index, (name, size, start) in enumerate(zip(self.mixture.names, self.sizes, starts))]
+                 for index, (name, size, start) in enumerate(zip(self.mixture.names, self.sizes, starts))]
+        self._drawn = ((epoch, starts), draws)
+        return draws
 
 
 def _is_count(value: Any) -> bool:

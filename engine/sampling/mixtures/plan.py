@@ -238,8 +238,9 @@ def _merged_by_tokens(order: Any, epoch: int, start_step: int, starts: tuple[int
         for index, (one, want) in enumerate(zip(draws, wanted)):
             if want == 0:
                 continue
-            own = order.lengths[index][one.rows(want)]
-            before = np.cumsum(own) - own
+            one.rows(want)
+            before = one._running[:want]  # the tokens of the source's draws before each (from its first)
+            own = one._running[1:want + 1] - before
             keys.append((before + own / 2) / weights[index])
             labels.append(np.full(want, index, dtype=np.int64))
             lengths.append(own)
@@ -250,8 +251,9 @@ def _merged_by_tokens(order: Any, epoch: int, start_step: int, starts: tuple[int
         ends = [int(np.flatnonzero(label == index)[-1]) + 1 for index in ran_out]  # past a stopping source
         if ends and min(ends) <= size:
             size = min(-(-min(ends) // order.block) * order.block, size)
+        drawn = np.bincount(label[:size], minlength=len(wanted))
         short = [index for index, (want, cap) in enumerate(zip(wanted, caps))
-                 if want and want != cap and (label[:size] == index).sum() >= want]
+                 if want and want != cap and drawn[index] >= want]
         if not short:
             break
         margin *= 2  # a cycling source drew all the draws taken out for it: take more
