@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 
-from collators._layout_index import span_index
 from collators.columns import ColumnBatch, RaggedColumn, RowBatch, SpanColumn
 from engine.core.rng import derive_seed
 from engine.sources.rows import ColumnarSource, MapSource
@@ -235,30 +234,26 @@ class MixedSource(ColumnarSource):
 
 def _spans_in_order(places: list[np.ndarray], values: list[RaggedColumn | SpanColumn], size: int) -> SpanColumn:
     """Ragged or span columns of several sources as one :class:`SpanColumn` whose row ``places[k][i]`` is row
-    ``i`` of ``values[k]``: the rows of every source gathered into one new buffer, source after source, through
-    one flat index (one ``take`` per source's buffer), and each batch row's span of it set in the batch's order."""
-    buffers = [np.asarray(value.values) for value in values]
-    starts, lengths = [], []
-    for value in values:
+    ``i`` of ``values[k]``: the rows copied into one new buffer in the batch's order, each source's spans by one
+    compiled copy (the text collator's numba, already loaded where columns are handed over)."""
+    from engine.sources._span_copy import copy_spans
+
+    spans = []
+    lengths = np.empty(size, dtype=np.int64)
+    for where, value in zip(places, values):
         if isinstance(value, SpanColumn):
-            starts.append(np.asarray(value.starts, dtype=np.int64))
-            lengths.append(np.asarray(value.lengths, dtype=np.int64))
+            starts, counts = np.asarray(value.starts, dtype=np.int64), np.asarray(value.lengths, dtype=np.int64)
         else:
             offsets = np.asarray(value.offsets, dtype=np.int64)
-            starts.append(offsets[:-1])
-            lengths.append(offsets[1:] - offsets[:-1])
-    flat, offsets = span_index(np.concatenate(starts), np.concatenate(lengths))
-    buffer = np.empty(len(flat), dtype=np.result_type(*buffers))
-    row = begin = 0
-    for one, count in zip(buffers, (len(where) for where in places)):
-        row += count
-        end = int(offsets[row])  # where this source's tokens end in the buffer
-        buffer[begin:end] = one[flat[begin:end]]
-        begin = end
-    out_starts, out_lengths = np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64)
-    where = np.concatenate(places)
-    out_starts[where], out_lengths[where] = offsets[:-1], np.concatenate(lengths)
-    return SpanColumn(buffer, out_starts, out_lengths)
+            starts, counts = offsets[:-1], offsets[1:] - offsets[:-1]
+        spans.append((np.asarray(value.values), starts, counts))
+        lengths[where] = counts
+    at = np.zeros(size, dtype=np.int64)
+    np.cumsum(lengths[:-1], out=at[1:])
+    buffer = np.empty(int(at[-1] + lengths[-1]) if size else 0, dtype=np.result_type(*(one for one, _, _ in spans)))
+    for where, (one, starts, counts) in zip(places, spans):
+        copy_spans(one, starts, counts, buffer, at[where])
+    return SpanColumn(buffer, at, lengths)
 
 
 def _own_seeds(transform: RowTransform | None, name: str) -> RowTransform | None:
