@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
+from collators.columns import ColumnBatch
 from engine import Mixture, Shards, UniversalDataModule
 from engine.loading.factory import batch_sampler_for
 from task_spec import TaskSpec
@@ -363,6 +364,28 @@ def test_a_mixed_batch_read_as_columns_equals_the_rows_read_one_by_one():
                [{key: list(value) for key, value in row.items() if key == "input_ids"} for row in as_rows]
         assert [row["row_id"] for row in as_columns] == [row["row_id"] for row in as_rows]
         assert as_columns.sources == as_rows.sources == [("web", "code")[i >= 50] for i in indices]
+
+
+def test_a_mixed_batch_of_flat_buffers_of_two_dtypes_and_arrow_reads_as_columns_the_rows_and_their_sources():
+    from engine.sources.mixed import MixedSource
+    from engine.sources.wrappers import HFSource, TensorListSource
+
+    small = TensorListSource([torch.arange(i, i + 1 + i % 5, dtype=torch.int32) for i in range(30)])
+    large = TensorListSource([torch.arange(100 + i, 103 + i + i % 7) for i in range(20)]).view(np.arange(19, -1, -1))
+    arrow = HFSource(datasets.Dataset.from_dict({"input_ids": [[7] * (1 + i % 3) for i in range(10)]}))
+    mixed = MixedSource({"small": small, "large": large, "arrow": arrow})
+    columns = mixed.handing_columns()
+    rng = np.random.default_rng(1)
+    batches = [rng.integers(0, len(mixed), int(rng.integers(1, 40))).tolist() for _ in range(30)]
+    for indices in batches + [[55], [31, 30], list(range(30, 50))]:
+        as_columns, as_rows = columns.__getitems__(indices), mixed.__getitems__(indices)
+        assert isinstance(as_columns, ColumnBatch)
+        assert [row["input_ids"] for row in as_columns] == [list(np.asarray(row).tolist()) if not isinstance(
+            row, dict) else list(row["input_ids"]) for row in as_rows]
+        assert as_columns.sources == as_rows.sources
+        assert as_columns.indices == as_rows.indices  # the user's rows (the view's 19 - i for "large")
+    with pytest.raises(IndexError, match="row 60 is out of range for the mixed source of 60 rows"):
+        columns.__getitems__([3, 60])
 
 
 def test_a_module_with_a_mixture_is_rebuilt_from_its_lightning_checkpoint(tmp_path):

@@ -1,11 +1,12 @@
 """Compiled loop (numba) of a mixture's epoch drawn by tokens under a schedule: each block's draws merged in the
-order in which they fall due (:func:`engine.sampling.mixtures.plan._token_block`'s rule), block after block.
+order in which they fall due (the rule :func:`engine.sampling.mixtures.plan._scheduled_by_tokens` describes), block
+after block.
 
 Every block's merge depends on the tokens of the blocks before it (the targets add each block's tokens at its
 step's weights), so the blocks are computed in turn; in Python each costs dozens of numpy calls, here a few
-hundred compares. The arithmetic is the Python rule's, operation for operation (the same float64 values, the same
-ties: a stable sort's), so the order is the same bit for bit. Compiled on first use (about a second) and cached on
-disk, like the collators' loops (:func:`collators._kernels.compiled`).
+hundred compares. The arithmetic is that of the rule in numpy, operation for operation (the same float64 values,
+the same ties: a stable sort's, as each source's keys only grow), so the order is the same bit for bit. Compiled
+on first use (about a second) and cached on disk, like the collators' loops (:func:`collators._kernels.compiled`).
 """
 
 from __future__ import annotations

@@ -3,8 +3,10 @@
 Block by block, the counts keep every source's running count within one row of its target share (rows), and under
 a schedule its running token count near its share (tokens): each block gives each source the whole part of its
 deficit and the rest of the block to the largest remainders. Full blocks at constant weights are apportioned in one
-vectorized step (the block-by-block rule's result), and mixing by tokens at constant weights merges the sources'
-draws in the order their shares make them due. :mod:`engine.sampling.mixtures.order` turns the counts into an order.
+vectorized step (the block-by-block rule's result), mixing by tokens at constant weights merges the sources'
+draws in the order their shares make them due, and by tokens under a schedule the blocks are walked in a compiled
+loop (:mod:`engine.sampling.mixtures._kernels`). :mod:`engine.sampling.mixtures.order` turns the counts into an
+order.
 """
 
 from __future__ import annotations
@@ -107,14 +109,11 @@ def walk(order: Any, epoch: int, start_step: int, starts: tuple[int, ...]) -> Ep
     limit = mixture.samples_per_epoch
     if limit is None and all(cap is None for cap in caps):
         limit = int(order.sizes.sum())
-    by_tokens = mixture.by == "tokens"
-    if by_tokens and not mixture.points:
-        return _merged_by_tokens(order, epoch, start_step, starts, caps, limit)
-    if by_tokens:
-        return _scheduled_by_tokens(order, epoch, start_step, starts, caps, limit)
+    if mixture.by == "tokens":
+        return (_scheduled_by_tokens if mixture.points else _merged_by_tokens)(order, epoch, start_step, starts,
+                                                                              caps, limit)
     draws = order._new_draws(epoch, starts)
-    targets, served, token_served = [0.0] * sources, [0] * sources, [0] * sources
-    token_targets = [0.0] * sources  # by tokens: each block's tokens times the weights of its step, summed
+    targets, served = [0.0] * sources, [0] * sources
     counts, tokens, used, total, step = [], [], [], 0, start_step  # chunks of [blocks, sources]
     cached_step, weights = None, None
     last_change = mixture.points[-1][0] if mixture.points else 0
@@ -129,7 +128,7 @@ def walk(order: Any, epoch: int, start_step: int, starts: tuple[int, ...]) -> Ep
                 and step >= last_change:
             raise _never_ends(mixture, caps, step)
         room = [math.inf if cap is None else cap - taken for cap, taken in zip(caps, served)]
-        stretch = None if by_tokens else _stretch(order, weights, targets, served, room, step, limit, total)
+        stretch = _stretch(order, weights, targets, served, room, step, limit, total)
         if stretch is not None:  # blocks at constant weights, in one vectorized step
             targets = [target + weight * order.block * len(stretch) for target, weight in zip(targets, weights)]
             chunk_tokens = np.stack([one.take_blocks(stretch[:, s]) for s, one in enumerate(draws)], axis=1)
@@ -137,16 +136,12 @@ def walk(order: Any, epoch: int, start_step: int, starts: tuple[int, ...]) -> Ep
             used.append(np.tile(weights, (len(stretch), 1)))
             tokens.append(chunk_tokens)
             served = [count + int(taken) for count, taken in zip(served, stretch.sum(axis=0))]
-            token_served = [count + int(taken) for count, taken in zip(token_served, chunk_tokens.sum(axis=0))]
             total += int(stretch.sum())
             step += len(stretch)
             continue
-        if by_tokens:
-            block = _token_block(draws, weights, token_targets, token_served, size, room)
-        else:
-            targets = [target + weight * size for target, weight in zip(targets, weights)]
-            want = [target - count for target, count in zip(targets, served)]
-            block = _apportion(want, weights, size, room)
+        targets = [target + weight * size for target, weight in zip(targets, weights)]
+        want = [target - count for target, count in zip(targets, served)]
+        block = _apportion(want, weights, size, room)
         if not any(block):
             break
         block_tokens = [one.take(count) for one, count in zip(draws, block)]
@@ -154,8 +149,6 @@ def walk(order: Any, epoch: int, start_step: int, starts: tuple[int, ...]) -> Ep
         used.append([weights])
         tokens.append([block_tokens])
         served = [count + taken for count, taken in zip(served, block)]
-        token_served = [count + taken for count, taken in zip(token_served, block_tokens)]
-        token_targets = [target + weight * sum(block_tokens) for target, weight in zip(token_targets, weights)]
         total += sum(block)
         step += 1
         if sum(block) < size or any(r != math.inf and taken >= r for r, taken in zip(room, block)):
@@ -173,8 +166,14 @@ def _never_ends(mixture: Any, caps: list[int | None], step: int) -> ValueError:
 
 def _scheduled_by_tokens(order: Any, epoch: int, start_step: int, starts: tuple[int, ...], caps: list[int | None],
                          limit: int | None) -> EpochPlan:
-    """By tokens under a schedule: block by block, each at its step's weights, by :func:`_token_block`'s rule,
-    in the compiled loop :func:`engine.sampling.mixtures._kernels.token_blocks` (the same counts, bit for bit).
+    """By tokens under a schedule: block by block, each at its step's weights, in the compiled loop
+    :func:`engine.sampling.mixtures._kernels.token_blocks`: the sources' next draws merged in the order in which
+    they fall due, as at constant weights, counting from each source's tokens beyond its target so far (the
+    targets add each block's tokens at the weights of its own step). A draw is due when the block's token count
+    reaches (the source's tokens beyond its target, plus its tokens in the block before the draw, plus half its
+    own) over its weight; a source of weight 0 is drawn only when the others ran out. Not the weights times all
+    the tokens so far: after a switch, that starves a source until its share of the whole run catches up with
+    its new weight.
     The loop runs over a span of steps with the draws at hand; between runs the draws are read ahead (doubling)
     and the next span's weights computed at once."""
     from engine.sampling.mixtures import _kernels  # numba, compiled on first use: mixtures by tokens that change
@@ -304,33 +303,6 @@ def _stretch(order: Any, weights: list[float], targets: list[float], served: lis
             within &= drawn[:, s] < left  # the block that takes a source's last rows is left to the loop
     keep = int(np.argmin(within)) if not within.all() else len(counts)
     return counts[:keep] if keep >= 1 else None
-
-def _token_block(draws: list[Draws], weights: list[float], targets: list[float], served: list[int], size: int,
-                 room: list[float]) -> list[int]:
-    """Rows of each source in a block of ``size`` rows drawn by tokens at ``weights``: the sources' next draws
-    merged in the order in which they fall due, as at constant weights, counting from each source's tokens
-    beyond its target so far (the targets add each block's tokens at the weights of its own step). A draw is due
-    when the block's token count reaches (the source's tokens beyond its target, plus its tokens in the block
-    before the draw, plus half its own) over its weight; a source of weight 0 is drawn only when the others ran
-    out. Not the weights times all the tokens so far: after a switch, that starves a source until its share of
-    the whole run catches up with its new weight."""
-    keys, taken = [], []
-    for index, (one, weight) in enumerate(zip(draws, weights)):
-        count = int(min(size, room[index]))
-        if count <= 0:
-            taken.append(0)
-            continue
-        one._ensure(one.taken + count)  # the running tokens of the next draws: before each, and after it
-        running = one._running[one.taken:one.taken + count + 1]
-        due = (running[:-1] + running[1:]) * 0.5 + float(served[index] - targets[index] - running[0])
-        keys.append(due / weight if weight > 0 else np.full(count, np.inf))
-        taken.append(count)
-    if not keys:
-        return [0] * len(draws)
-    labels = np.repeat(np.arange(len(draws)), taken)
-    merged = labels[np.argsort(np.concatenate(keys), kind="stable")[:size]]
-    return np.bincount(merged, minlength=len(draws)).tolist()
-
 
 def _joined(chunks: list[Any], sources: int, dtype: type) -> np.ndarray:
     """``[blocks, sources]`` from chunks that are arrays (stretches) or lists of one block's values, in order;
