@@ -107,3 +107,110 @@ def _due(running: np.ndarray, at: int, offset: float, weight: float) -> float:
     if weight > 0:
         return ((running[at] + running[at + 1]) * 0.5 + offset) / weight
     return np.inf
+
+
+@compiled
+def row_blocks(running: np.ndarray, bases: np.ndarray, have: np.ndarray, weights: np.ndarray, block: int,
+               limit: int, caps: np.ndarray, last_change: int, step: int, total: int, served: np.ndarray,
+               targets: np.ndarray, counts: np.ndarray, tokens: np.ndarray) -> tuple[int, int, int, int]:
+    """Blocks from ``step`` on drawn by rows, one by one (a ramp's steps), each at its row of ``weights``: every
+    source's target grows by its weight times the block, and the block's rows go to the whole part of each
+    source's deficit, then the largest remainders (:func:`engine.sampling.mixtures.plan._apportion`'s rule,
+    operation for operation). Arguments and result as :func:`token_blocks`'s (``targets``: rows; ``running``
+    empty when the rows' lengths are unknown: no tokens are counted)."""
+    sources = len(bases)
+    room = np.empty(sources, dtype=np.float64)
+    want = np.empty(sources, dtype=np.float64)
+    seats = np.empty(sources, dtype=np.int64)
+    done = np.empty(sources, dtype=np.bool_)
+    counted = len(running) > 0
+    written = 0
+    while True:
+        size = block if limit < 0 else min(block, limit - total)
+        if size <= 0:
+            return LIMIT, written, step, total
+        if written == len(weights):
+            return STEPS, written, step, total
+        w = weights[written]
+        if limit < 0 and step >= last_change:
+            stops = False
+            for s in range(sources):
+                if w[s] > 0 and caps[s] >= 0:
+                    stops = True
+            if not stops:
+                return NEVER, written, step, total
+        if counted:
+            for s in range(sources):
+                if served[s] + size > have[s]:
+                    return DRAWS, written, step, total
+        for s in range(sources):
+            room[s] = np.inf if caps[s] < 0 else np.float64(caps[s] - served[s])
+            targets[s] = targets[s] + w[s] * size
+            want[s] = targets[s] - served[s]
+        _apportion(want, w, size, room, seats, done)
+        drawn = 0
+        for s in range(sources):
+            drawn += seats[s]
+        if drawn == 0:
+            return EMPTY, written, step, total
+        last = drawn < size
+        for s in range(sources):
+            counts[written, s] = seats[s]
+            if counted:
+                at = bases[s] + served[s]
+                tokens[written, s] = running[at + seats[s]] - running[at]
+            else:
+                tokens[written, s] = 0
+            if room[s] != np.inf and seats[s] >= room[s]:
+                last = True
+            served[s] += seats[s]
+        total += drawn
+        step += 1
+        written += 1
+        if last:
+            return LAST, written, step, total
+
+
+@compiled
+def _apportion(want: np.ndarray, weights: np.ndarray, size: int, room: np.ndarray, seats: np.ndarray,
+               done: np.ndarray) -> None:
+    """``size`` seats among sources into ``seats``: the whole part of each one's ``want`` first, then the largest
+    remainders (ties to the first source), never more than a source's ``room``; sources of weight 0 get none
+    while others have room. More whole parts than seats: the smallest wants give theirs back first."""
+    sources = len(want)
+    left = size
+    for s in range(sources):
+        seats[s] = int(min(room[s], max(0.0, np.floor(want[s])))) if weights[s] > 0 else 0
+        left -= seats[s]
+    if left < 0:
+        done[:] = False
+        for _ in range(sources):
+            pick = -1
+            for s in range(sources):
+                if not done[s] and (pick < 0 or want[s] - seats[s] < want[pick] - seats[pick]):
+                    pick = s
+            done[pick] = True
+            take = min(seats[pick], -left)
+            seats[pick] -= take
+            left += take
+            if left == 0:
+                break
+    while left > 0:
+        weighted = False
+        for s in range(sources):
+            if weights[s] > 0 and seats[s] < room[s]:
+                weighted = True
+        opened = 0
+        for s in range(sources):  # open: sources with room (of weight > 0, while one has room)
+            done[s] = not (seats[s] < room[s] and (weights[s] > 0 or not weighted))
+            opened += not done[s]
+        if opened == 0:
+            return
+        for _ in range(min(left, opened)):  # a seat each to the largest remainders
+            pick = -1
+            for s in range(sources):
+                if not done[s] and (pick < 0 or -(want[s] - seats[s]) < -(want[pick] - seats[pick])):
+                    pick = s
+            done[pick] = True
+            seats[pick] += 1
+        left = size - seats.sum()

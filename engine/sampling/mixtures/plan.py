@@ -118,6 +118,12 @@ def walk(order: Any, epoch: int, start_step: int, starts: tuple[int, ...]) -> Ep
     cached_step, weights = None, None
     last_change = mixture.points[-1][0] if mixture.points else 0
     while True:
+        if mixture.constant_until(step) is None:  # inside a linear ramp: block by block, in the compiled loop
+            served, targets, step, total, going = _ramp_blocks(order, draws, caps, limit, step, total, served,
+                                                                    targets, (counts, tokens, used))
+            if going:
+                continue
+            break
         size = order.block if limit is None else min(order.block, limit - total)
         if size <= 0:
             break
@@ -156,6 +162,49 @@ def walk(order: Any, epoch: int, start_step: int, starts: tuple[int, ...]) -> Ep
     return EpochPlan(epoch, start_step, _joined(counts, sources, np.int64),
                      _joined(tokens, sources, np.int64) if order.lengths is not None else None,
                      starts, _joined(used, sources, np.float64))
+
+def _ramp_blocks(order: Any, draws: list[Draws], caps: list[int | None], limit: int | None, step: int, total: int,
+                 served: list[int], targets: list[float], out: tuple[list[Any], list[Any], list[Any]]
+                 ) -> tuple[list[int], list[float], int, int, bool]:
+    """The blocks of the linear ramp that ``step`` is in, by rows, one by one in the compiled loop
+    :func:`engine.sampling.mixtures._kernels.row_blocks` (the block-by-block rule of :func:`walk`, bit for bit),
+    appended to ``out`` (counts, tokens, weights). Returns the walk's state after the blocks
+    (served, targets, step, total) and whether the epoch goes on past the ramp."""
+    from engine.sampling.mixtures import _kernels  # numba, compiled on first use: mixtures with a ramp
+
+    mixture, sources, block = order.mixture, len(draws), order.block
+    end = next(point for point, _, _ in mixture.points if point > step)
+    counted = order.lengths is not None
+    capped = np.asarray([-1 if cap is None else cap for cap in caps], dtype=np.int64)
+    served_now, targets_now = np.asarray(served, dtype=np.int64), np.asarray(targets, dtype=np.float64)
+    span = 1024
+    while True:
+        if counted:
+            for s, one in enumerate(draws):
+                one._ensure(int(served_now[s]) + block)
+            running = np.concatenate([one._running for one in draws])
+            bases = np.r_[0, np.cumsum([len(one._running) for one in draws])[:-1]].astype(np.int64)
+            have = np.asarray([len(one._rows) for one in draws], dtype=np.int64)
+        else:
+            running, bases, have = (np.zeros(0, dtype=np.int64), np.zeros(sources, dtype=np.int64),
+                                    np.zeros(sources, dtype=np.int64))
+        weights = mixture.weights_over(np.arange(step, min(end, step + span)))
+        chunk_counts, chunk_tokens = (np.empty((len(weights), sources), dtype=np.int64),
+                                      np.empty((len(weights), sources), dtype=np.int64))
+        reason, written, step, total = _kernels.row_blocks(
+            running, bases, have, weights, block, -1 if limit is None else limit, capped, mixture.points[-1][0],
+            step, total, served_now, targets_now, chunk_counts, chunk_tokens)
+        for chunks, chunk in zip(out, (chunk_counts, chunk_tokens, weights)):
+            chunks.append(chunk[:written])
+        for s, one in enumerate(draws):
+            one.taken = int(served_now[s])  # the draws taken, as Draws.take counts them
+        if reason == _kernels.NEVER:
+            raise _never_ends(mixture, caps, step)
+        if reason == _kernels.STEPS and step < end:
+            span = min(2 * span, 1 << 16)
+        elif reason != _kernels.DRAWS:
+            return served_now.tolist(), targets_now.tolist(), step, total, reason == _kernels.STEPS
+
 
 def _never_ends(mixture: Any, caps: list[int | None], step: int) -> ValueError:
     stopping = [name for name, cap in zip(mixture.names, caps) if cap is not None]

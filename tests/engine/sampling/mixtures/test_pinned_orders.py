@@ -22,6 +22,10 @@ CASES = {
                                           schedule=[(25, {"a": 0, "b": 0, "c": 1})]), "71cae7236cf9162d"),
     "by tokens, constant": (dict(by="tokens"), "50e69dedb7121702"),
     "by rows, ramped": (dict(by="rows", schedule=[(50, {"a": 1, "b": 1, "c": 6}, "linear")]), "748c3577ef16038e"),
+    "by rows, two ramps, a source that stops and one capped, no lengths": (
+        dict(by="rows", exhaust={"a": "cycle", "b": "stop", "c": 2},
+             schedule=[(10, {"a": 0, "b": 1, "c": 1}, "linear"), (40, {"a": 3, "b": 0.1, "c": 1}, "linear")]),
+        "f986cfb42c6e9836"),
 }
 
 
@@ -31,7 +35,8 @@ def test_three_epochs_of_a_mixture_are_the_pinned_rows_and_counts(case):
     rng = np.random.default_rng(7)
     sizes = [500, 300, 200]
     lengths = [rng.integers(1, 60, size) for size in sizes]
-    order = MixtureOrder(Mixture(WEIGHTS, **declared), sizes, block=16, seed=3, lengths=lengths)
+    order = MixtureOrder(Mixture(WEIGHTS, **declared), sizes, block=16, seed=3,
+                         lengths=None if "no lengths" in case else lengths)
     digest = hashlib.blake2b(digest_size=8)
     for epoch in range(3):
         digest.update(order.order(epoch).tobytes())
