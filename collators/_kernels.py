@@ -16,30 +16,13 @@ other position holds the pad value; ``kept <= width`` (the padding layout's kept
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Callable
-from typing import Any
-
-import numba
 import numpy as np
+
+from collators.compiled import compiled
 
 INT64_MAX, INT64_MIN = 2**63 - 1, -2**63
 NOT_WRITTEN = np.empty((0, 0), dtype=np.int64)
 """The ``mask`` or ``labels`` of :func:`pad_spans` that it does not write."""
-
-
-def compiled(function: Callable[..., Any]) -> Any:
-    """``numba.njit(nogil=True, cache=True)(function)``. Where numba finds no writable place for its disk cache
-    (neither beside this module nor in the user's cache folder, as in a read-only container) it says so, and the
-    loops are compiled in every process instead (about 1 s at the first batch)."""
-    try:
-        return numba.njit(nogil=True, cache=True)(function)
-    except RuntimeError as error:
-        if "no locator available" not in str(error):
-            raise
-        warnings.warn(f"{error}: these loops will be compiled in every process (about 1 s at its first batch); "
-                      f"set NUMBA_CACHE_DIR to a writable folder to compile them once", stacklevel=2)
-        return numba.njit(nogil=True)(function)
 
 
 @compiled

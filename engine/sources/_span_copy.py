@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from collators._kernels import compiled
+from collators.compiled import compiled
 
 
 @compiled

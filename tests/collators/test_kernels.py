@@ -134,7 +134,7 @@ def test_a_span_outside_the_values_is_refused_before_anything_is_written(start):
 def test_without_a_writable_cache_location_the_loops_compile_per_process_and_say_so(monkeypatch):
     from numba.core import config
 
-    from collators._kernels import compiled
+    from collators.compiled import compiled
 
     monkeypatch.setattr(config, "CACHE_LOCATOR_CLASSES", "IPythonCacheLocator")  # finds no place outside IPython
 

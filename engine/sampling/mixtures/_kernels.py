@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from collators._kernels import compiled
+from collators.compiled import compiled
 
 GO_ON, LIMIT, EMPTY, LAST, DRAWS, STEPS, NEVER = 0, 1, 2, 3, 4, 5, 6
 """Why :func:`token_blocks` returned: the blocks go on past its steps (``STEPS``) or a source needs more draws
