@@ -20,7 +20,7 @@ import numpy as np
 
 from engine.core.checks import check_int
 from engine.core.rng import derive_seed
-from engine.sampling.balance import balanced_steps, check_balance, document_costs
+from engine.sampling.balance import balanced_steps, check_balance, document_costs, refine
 from engine.sampling.blocks import EpochOrder
 from engine.sampling.length import _LengthAware
 from engine.sampling.ranks import deal_to_ranks
@@ -169,21 +169,21 @@ class PackedBatchSampler(_LengthAware):
         return [bins[number] for number in mine.tolist()]
 
     def steps_of(self, order: np.ndarray, epoch: int, num_replicas: int, per_rank_size: int) -> list[list[list[int]]]:
-        """Every step of ``order`` on ``num_replicas`` ranks under ``balance='compute'``, a bin per rank: the bins,
-        equalized among ranks by ``uneven``, grouped and refined by cost
-        (:func:`~engine.sampling.balance.balanced_steps`), seeded by (seed, epoch). The last order's steps are kept,
-        since every rank's call (and an elastic resume's replay of each rank) asks for the same."""
+        """Every step of ``order`` on ``num_replicas`` ranks under ``balance='compute'``, a bin per rank: the bins
+        of whole steps grouped and refined by cost (:func:`~engine.sampling.balance.balanced_steps`), seeded by
+        (seed, epoch); the bins left over make the last step, with ``uneven='pad'``'s repeats of the first bins
+        (refined only, so repeats stay in the epoch's last step), or are left out with ``'drop'``. The last
+        order's steps are kept, since every rank's call (and an elastic resume's replay of each rank) asks for them."""
         key = (epoch, num_replicas, per_rank_size, hashlib.blake2b(order.tobytes(), digest_size=16).digest())
         if self._steps is None or self._steps[0] != key:
             bins = self._bins(order, per_rank_size, epoch)
-            numbers = np.arange(len(bins))
-            if self.uneven == "pad" and len(bins):
-                numbers = np.resize(numbers, -(-len(bins) // num_replicas) * num_replicas)
-            else:
-                numbers = numbers[: len(bins) - len(bins) % num_replicas]
+            whole = len(bins) - len(bins) % num_replicas
             rng = np.random.default_rng(derive_seed(self.seed, "balance", epoch))
-            steps = balanced_steps([bins[n] for n in numbers.tolist()], self.costs, self.lengths, num_replicas,
-                                   per_rank_size, self.mega_batch_factor, rng)
+            steps = balanced_steps(bins[:whole], self.costs, self.lengths, num_replicas, per_rank_size,
+                                   self.mega_batch_factor, rng)
+            if whole < len(bins) and self.uneven == "pad":
+                last = [bins[n % len(bins)] for n in range(whole, whole + num_replicas)]
+                steps.append(refine(last, self.costs, self.lengths, per_rank_size))
             self._steps = (key, steps)
         return self._steps[1]
 

@@ -21,7 +21,9 @@ FULL = os.environ.get("CONFORMANCE", "").lower() == "full"
 
 BATCHING = {"plain": {}, "grouped": {"batching": "grouped"},
             "token_budget": {"batching": "token_budget", "max_tokens": 40},
-            "packed": {"batching": "packed", "max_tokens": 40}}
+            "packed": {"batching": "packed", "max_tokens": 40},
+            "packed_balanced": {"batching": "packed", "max_tokens": 40, "balance": "compute", "attention_weight": 0.05}}
+"""The batching modes; ``packed_balanced`` is packing whose steps are balanced across ranks by compute."""
 LOADERS = {"workers0": {}, "fork2": {"num_workers": 2, "multiprocessing_context": "fork", "timeout": 60},
            "spawn2": {"num_workers": 2, "multiprocessing_context": "spawn", "timeout": 120},
            "threads2": {"num_threads": 2}}
@@ -61,6 +63,7 @@ IMAGES_NO_LENGTH = (r"batching='{}' plans each epoch from every row's length of 
 def expectation(kind: str, rows: str, batching: str, loader: str = "workers0") -> Refusal | Bug | None:
     """What the engine does with a cell: serves it (None), refuses it (:class:`Refusal`) or gets it wrong
     (:class:`Bug`)."""
+    batching = "packed" if batching == "packed_balanced" else batching  # refused as packing is, before balancing
     if kind == "stream":
         if batching != "plain":
             return Refusal(ValueError, STREAM_BATCHING.format(batching))
