@@ -58,12 +58,16 @@ RAW_TEXT_LENGTHS = (r"batching='{}' plans each epoch from every row's token coun
                     r"text, which the collator tokenizes a batch at a time")
 IMAGES_NO_LENGTH = (r"batching='{}' plans each epoch from every row's length of 'image', which train_data does not "
                     r"have \(column 'image' is struct")
+BALANCED_MIXTURE = (r"balance='compute' \(balance= was given\) groups packed bins of like cost into steps, but a "
+                    r"mixture's steps hold each source at its share")
+"""Packing balanced by compute is refused as packing is (the stream, images and raw-text refusals come first), and
+with a mixture."""
 
 
 def expectation(kind: str, rows: str, batching: str, loader: str = "workers0") -> Refusal | Bug | None:
     """What the engine does with a cell: serves it (None), refuses it (:class:`Refusal`) or gets it wrong
     (:class:`Bug`)."""
-    batching = "packed" if batching == "packed_balanced" else batching  # refused as packing is, before balancing
+    balanced, batching = batching == "packed_balanced", "packed" if batching == "packed_balanced" else batching
     if kind == "stream":
         if batching != "plain":
             return Refusal(ValueError, STREAM_BATCHING.format(batching))
@@ -75,6 +79,8 @@ def expectation(kind: str, rows: str, batching: str, loader: str = "workers0") -
         return Refusal(ValueError, IMAGES_NO_LENGTH.format(batching))
     if kind in ("torch", "user_sqlite") and rows == "text" and batching != "plain":
         return Refusal(ValueError, RAW_TEXT_LENGTHS.format(batching))
+    if kind == "mixture" and balanced:
+        return Refusal(ValueError, BALANCED_MIXTURE)
     return None
 
 
