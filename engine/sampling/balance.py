@@ -30,6 +30,10 @@ BALANCE_MODES = ("tokens", "compute")
 """``tokens``: every rank's sequence has the same token budget (plain packing); ``compute``: the steps are also
 balanced by the cost model."""
 
+TOLERANCE = 0.005
+"""Refining a step stops once its costliest rank is within this share of the mean rank: closer is not worth the
+loader's time."""
+
 MAX_MOVES = 64
 """Most moves or swaps refining one step: each lowers the sum of squared rank costs, so it ends anyway; this bounds
 the loader's time per step."""
@@ -73,7 +77,8 @@ def document_costs(lengths: np.ndarray, attention_weight: float) -> np.ndarray:
 def refine(step: list[list[int]], costs: np.ndarray, lengths: np.ndarray, capacity: int) -> list[list[int]]:
     """The documents of ``step`` (one bin per rank) redealt to lower the costliest rank's cost: repeatedly, the
     move of one document, or the swap of two, between the costliest rank and the cheapest rank that has one,
-    bringing the pair's costs closest to their mean, with no rank over ``capacity`` tokens.
+    bringing the pair's costs closest to their mean, with no rank over ``capacity`` tokens; until the costliest rank
+    is within :data:`TOLERANCE` of the mean, or no such move is left.
 
     Example:
         >>> lengths = np.array([8, 1, 1, 1, 1, 4, 4])
@@ -84,6 +89,8 @@ def refine(step: list[list[int]], costs: np.ndarray, lengths: np.ndarray, capaci
     tokens = np.array([int(lengths[rows].sum()) for rows in ranks], dtype=np.int64)
     load = np.array([float(costs[rows].sum()) for rows in ranks])
     for _ in range(MAX_MOVES):
+        if load.max() <= load.mean() * (1 + TOLERANCE):
+            break
         heavy, exchange = int(load.argmax()), None
         for light in np.argsort(load, kind="stable").tolist():
             if light == heavy:
