@@ -129,7 +129,7 @@ def balanced_steps(bins: list[list[int]], costs: np.ndarray, lengths: np.ndarray
                    window: int, rng: np.random.Generator) -> list[list[list[int]]]:
     """``bins`` (in the epoch's order, a multiple of ``num_replicas`` of them) as steps of one bin per rank: sorted
     by cost within windows of ``window`` steps, cut into steps, each step refined (:func:`refine`), and the steps of
-    each window in ``rng``'s order."""
+    each window in ``rng``'s order. The bins keep their rows longest first, as :func:`refine` leaves them."""
     bin_costs = np.array([float(costs[rows].sum()) for rows in bins])
     steps: list[list[list[int]]] = []
     span = window * num_replicas
@@ -138,7 +138,9 @@ def balanced_steps(bins: list[list[int]], costs: np.ndarray, lengths: np.ndarray
         ranked = numbers[np.argsort(-bin_costs[numbers], kind="stable")].tolist()
         groups = [ranked[i : i + num_replicas] for i in range(0, len(ranked), num_replicas)]
         for i in rng.permutation(len(groups)).tolist():
-            steps.append(refine([bins[n] for n in groups[i]], costs, lengths, capacity))
+            step, loads = [bins[n] for n in groups[i]], bin_costs[groups[i]]
+            balanced = loads.max() <= loads.mean() * (1 + TOLERANCE)  # refine would leave it as it is
+            steps.append(step if balanced else refine(step, costs, lengths, capacity))
     return steps
 
 
