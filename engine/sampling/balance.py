@@ -80,10 +80,10 @@ def refine(step: list[list[int]], costs: np.ndarray, lengths: np.ndarray, capaci
     bringing the pair's costs closest to their mean, with no rank over ``capacity`` tokens; until the costliest rank
     is within :data:`TOLERANCE` of the mean, or no such move is left.
 
-    Example:
+    Example (the 8-token document, cost 40, ends alone; the rest, cost 30, fill the other rank's 12 tokens):
         >>> lengths = np.array([8, 1, 1, 1, 1, 4, 4])
         >>> refine([[0, 1, 2], [3, 4, 5, 6]], document_costs(lengths, 0.5), lengths, 12)
-        [[0, 1, 2, 3, 4], [5, 6]]
+        [[0], [5, 6, 3, 4, 1, 2]]
     """
     ranks = [np.asarray(rows, dtype=np.int64) for rows in step]
     tokens = np.array([int(lengths[rows].sum()) for rows in ranks], dtype=np.int64)
