@@ -1,6 +1,6 @@
 """A module that mixes named sources inside every batch: the declared shares in every batch, every batching mode,
 the same batches at any worker count, exact and elastic resume, schedules from their step, a changed mixture
-refused or resumed from the next epoch, splits per source, and the refusals at construction."""
+refused, resumed from the next epoch or gone on with in its epoch, splits per source, and the refusals at construction."""
 
 import pickle
 
@@ -210,6 +210,33 @@ def test_a_state_saved_with_another_mixture_split_is_refused_but_a_new_source_jo
     joined = module(Mixture({"web": 1, "code": 1, "books": 1}, on_change="new_epoch"), data=sources(books=20),
                     val_split=2)
     joined.load_state_dict(state)  # the splits of the sources both have are compared, by name
+
+
+def test_a_new_mixture_goes_on_in_the_saved_epoch_at_any_number_of_workers():
+    first = module()
+    before = run(first, 3)
+    state = pickle.loads(pickle.dumps(first.state_dict()))
+    mix = Mixture({"web": 0.4, "code": 0.2, "books": 0.4}, samples_per_epoch=100, on_change="continue")
+    rests = []
+    for workers in (0, 2):
+        changed = module(mix, workers=workers, data=sources(books=50))
+        changed.load_state_dict(state)
+        loader = changed.train_dataloader()
+        rests.append([served(batch) for batch in loader])  # the rest of epoch 0
+        assert len(loader) == 3 + len(rests[-1])
+    assert rests[0] == rests[1]
+    epoch = [row for batch in before + rests[0] for row in batch]
+    assert len(epoch) == len(set(epoch)) == 100  # no row of the epoch twice, and its 100 rows
+    assert [[sum(tag == source for tag, _ in batch) for source in (1, 2, 3)] for batch in rests[0]] == [[4, 2, 4]] * 7
+    sampler = loader.batch_sampler
+    summary = sampler.mixture.summary(sampler)
+    assert {name: source["rows"] for name, source in summary["sources"].items()} == {"web": 21 + 28, "code": 9 + 14,
+                                                                                      "books": 28}
+
+
+def test_going_on_in_the_saved_epoch_needs_plain_batching():
+    with pytest.raises(ValueError, match="on_change='continue'.*batching='plain' only.*batching='grouped'"):
+        module(Mixture({"web": 1, "code": 1}, on_change="continue"), batching="grouped")
 
 
 def test_shuffle_false_with_a_mixture_is_refused_at_construction():
