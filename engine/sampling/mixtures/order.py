@@ -22,7 +22,7 @@ import numpy as np
 
 from engine.core.rng import derive_seed
 from engine.sampling.blocks import BlockOrder
-from engine.sampling.mixtures.mixture import Mixture, changes
+from engine.sampling.mixtures.mixture import Mixture, as_mixture, changes
 from engine.sampling.mixtures.plan import Draws, EpochPlan, walk
 from engine.sampling.mixtures.served import ServedMeter
 
@@ -240,6 +240,33 @@ class MixtureOrder:
                              "target_share": float(expected[s] / total_expected) if total_expected else float(weight)}
         return {"by": self.mixture.by, "step": int(step), "epoch": int(state.epoch), "sources": sources,
                 "tokens_known": self.lengths is not None}
+
+    def weights_by_step(self, until: int) -> dict[str, Any]:
+        """Each source's weight from step 0 to ``until``, over the mixtures served before this one (:attr:`history`)
+        and this one: ``{'steps': [...], 'weights': {name: [...]}, 'changes': [steps]}``, with the steps where a
+        weight switches (a schedule's point, a checkpoint of another mixture taken over: ``changes``) given twice,
+        before and at the switch, so a line through the points steps there. A source not in a mixture weighs 0."""
+        parts, begin = [], 0
+        for end, declared in self.history:
+            parts.append((begin, end, as_mixture(declared)))
+            begin = end
+        parts.append((begin, max(until, begin), self.mixture))
+        names = list(dict.fromkeys(name for _, _, mixture in parts for name in mixture.names))
+        steps: list[int] = []
+        weights: dict[str, list[float]] = {name: [] for name in names}
+        for number, (begin, end, mixture) in enumerate(parts):
+            last = end if number == len(parts) - 1 else max(begin, end - 1)  # before the next mixture's first step
+            inside = {begin, last}
+            before = 0
+            for point, _, ramp in mixture.points:
+                inside |= {point - 1, point, before} if ramp == "step" else {point, before}
+                before = point
+            for step in sorted(one for one in inside if begin <= one <= last):
+                at = dict(zip(mixture.names, mixture.weights_at(step).tolist()))
+                steps.append(int(step))
+                for name in names:
+                    weights[name].append(float(at.get(name, 0.0)))
+        return {"steps": steps, "weights": weights, "changes": [int(end) for end, _ in self.history]}
 
     def _expected_rows(self, epoch: int, position: int) -> np.ndarray:
         """Rows (or, by tokens, token shares times rows) the weights asked for up to ``position`` of ``epoch``."""
