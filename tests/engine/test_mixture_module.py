@@ -1,6 +1,7 @@
 """A module that mixes named sources inside every batch: the declared shares in every batch, every batching mode,
 the same batches at any worker count, exact and elastic resume, schedules from their step, a changed mixture
-refused, resumed from the next epoch or gone on with in its epoch, splits per source, and the refusals at construction."""
+refused, resumed from the next epoch or gone on with in its epoch, splits per source, and the refusals at
+construction."""
 
 import pickle
 

@@ -216,7 +216,8 @@ class MixtureOrder:
             raise ValueError(f"sampler state's mixture declared exhaust should name each source {names}, but got "
                              f"{exhaust!r}; the state was not saved by this engine")
         switched = [f"{name!r}: saved {exhaust[name]!r}, now {self.mixture.exhaust[name]!r}" for name in names
-                    if name in self.mixture.exhaust and (exhaust[name] == "cycle") != (self.mixture.passes(name) is None)]
+                    if name in self.mixture.exhaust
+                    and (exhaust[name] == "cycle") != (self.mixture.passes(name) is None)]
         if switched:
             raise ValueError(f"Mixture(on_change='continue') goes on with each source's draws of the saved epoch, "
                              f"but exhaust switches between cycling and stopping for {'; '.join(switched)}, whose "

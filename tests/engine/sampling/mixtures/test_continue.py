@@ -215,3 +215,19 @@ def test_a_loaded_epoch_start_is_validated_on_an_exact_resume():
     state["mixture"]["epoch_start"]["steps"] = "2"
     with pytest.raises(ValueError, match="epoch_start should be"):
         loaded(Mixture({"a": 1, "b": 1}), sizes, state)
+
+
+def test_a_state_saved_before_taken_and_history_resumes_exactly_and_cannot_go_on():
+    sizes = {"a": 30, "b": 30}
+    mixture = Mixture({"a": 1, "b": 2})
+    first = samplers(mixture, sizes)
+    take(first, 2)
+    state = first[0].state_dict()
+    expected = take(first, None)
+    older = {**state, "mixture": {key: value for key, value in state["mixture"].items()
+                                  if key not in ("taken", "history")}}
+    older["mixture"]["epoch_start"] = {key: value for key, value in state["mixture"]["epoch_start"].items()
+                                       if key not in ("rows", "steps")}
+    assert take(loaded(mixture, sizes, older), None) == expected
+    with pytest.raises(ValueError, match="should have 'names', 'taken'"):
+        loaded(Mixture({"a": 1, "b": 1}, on_change="continue"), sizes, older)
