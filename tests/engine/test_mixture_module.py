@@ -412,6 +412,32 @@ def test_a_module_with_a_mixture_is_rebuilt_from_its_lightning_checkpoint(tmp_pa
     assert resumed.rows == full.rows[20:]
 
 
+def test_lightning_goes_on_in_the_saved_epoch_with_a_new_mixture(tmp_path):
+    from tests.distributed._lightning_elastic import Recorder
+    from tests.engine.test_resume_lightning import trainer
+
+    class Steps(Recorder):
+        def __init__(self):
+            super().__init__()
+            self.steps = []
+
+        def training_step(self, batch, batch_index):
+            tags = batch["input_ids"][:, 0].tolist()
+            self.steps.append((self.current_epoch, [tags.count(tag) for tag in (1, 2, 3)]))
+            return super().training_step(batch, batch_index)
+
+    first = trainer(max_steps=3, enable_checkpointing=False)
+    first.fit(Steps(), datamodule=module())
+    first.save_checkpoint(tmp_path / "three.ckpt")
+    mix = Mixture({"web": 0.4, "code": 0.2, "books": 0.4}, samples_per_epoch=100, on_change="continue")
+    resumed = Steps()
+    trainer(max_steps=12, enable_checkpointing=False).fit(resumed, datamodule=module(mix, data=sources(books=50)),
+                                                          ckpt_path=tmp_path / "three.ckpt")
+    # the saved epoch's 7 steps left, then the next epoch (Lightning counted the epoch it stopped in at max_steps)
+    assert [epoch for epoch, _ in resumed.steps] == [1] * 7 + [2] * 2
+    assert [counts for _, counts in resumed.steps[:7]] == [[4, 2, 4]] * 7
+
+
 class Broken(Tagged):
     """Tagged rows whose row 3 fails to read."""
 
