@@ -22,12 +22,17 @@ class Ranks(list):
     iterators: list | None = None
 
 
+def lengths_of(name: str, size: int) -> np.ndarray:
+    """Token lengths of a source's rows: 1 to 9, seeded by the source's name."""
+    return np.random.default_rng(sum(map(ord, name))).integers(1, 10, size)
+
+
 def samplers(mixture: Mixture, sizes: dict[str, int], replicas: int = 1) -> Ranks:
     """One plain sampler per rank over sources of ``sizes`` (in the order of the mixture's names)."""
     made = Ranks()
     for rank in range(replicas):
         order = MixtureOrder(mixture, [sizes[name] for name in mixture.names], block=BATCH, seed=SEED,
-                             served_prefix=True)
+                             served_prefix=True, lengths=[lengths_of(name, sizes[name]) for name in mixture.names])
         made.append(SeededBatchSampler(order.size, BATCH // replicas, order=order, num_replicas=replicas, rank=rank,
                                        seed=SEED))
     return made
@@ -110,7 +115,9 @@ def test_served_counts_carry_on_and_a_state_saved_after_the_change_resumes_exact
     after = take(changed, 3)
     state = changed[0].state_dict()
     rows = [name for step in before + after for name, _ in step]
-    assert state["mixture"]["served"] == {name: [rows.count(name), 0] for name in sizes}
+    tokens = {name: sum(int(lengths_of(name, 60)[row]) for step in before + after for source, row in step
+                        if source == name) for name in sizes}
+    assert state["mixture"]["served"] == {name: [rows.count(name), tokens[name]] for name in sizes}
     assert [rows.count(name) for name in sizes] == [20 + 5, 20 + 7, 12]  # 5 steps at 1:1, 3 at 2:3:5
     assert state["mixture"]["history"] == [[5, old.describe()]]
     expected = take(changed, None) + take(changed, 2)  # the rest of the epoch, and the next one's first steps
@@ -134,6 +141,21 @@ def test_a_state_saved_after_the_change_on_two_ranks_resumes_on_one():
     assert sorted(rest) == sorted(row for step in uninterrupted for row in step)  # the same rows, each once
     epoch = [row for step in before + after for row in step] + rest
     assert len(epoch) == len(set(epoch)) == 120
+
+
+def test_going_on_by_tokens_holds_the_new_token_shares():
+    sizes = {"a": 400, "b": 400}
+    old = Mixture({"a": 0.5, "b": 0.5}, samples_per_epoch=320)
+    new = Mixture({"a": 0.2, "b": 0.8}, by="tokens", samples_per_epoch=320, on_change="continue")
+    first = samplers(old, sizes)
+    before = take(first, 10)
+    rest = take(loaded(new, sizes, first[0].state_dict()), None)
+    epoch = [row for step in before + rest for row in step]
+    assert len(epoch) == len(set(epoch)) == 320
+    tokens = {name: sum(int(lengths_of(name, 400)[row]) for step in rest for source, row in step if source == name)
+              for name in sizes}
+    share = tokens["a"] / (tokens["a"] + tokens["b"])
+    assert abs(share - 0.2) * (tokens["a"] + tokens["b"]) <= 2 * 9  # within two of the longest rows
 
 
 def test_a_schedule_of_the_new_mixture_switches_at_its_step_of_the_run():
