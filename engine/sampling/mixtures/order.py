@@ -11,6 +11,11 @@ Passes: a ``'cycle'`` source's draws go on across epochs (pass after pass, each 
 is served once per pass; a ``'stop'`` source starts a fresh pass each epoch and ends the epoch when its pass is
 served; a source capped at ``k`` passes starts fresh each epoch and stops after ``k``. The block in which a source
 stops takes its last rows and the other sources fill the rest of the block at their weights.
+
+A checkpoint of another mixture, taken over with ``on_change='continue'``, makes its epoch's rest an epoch of its
+own here: under plain batching the rows served after ``k`` steps are the first ``k`` blocks, so each source's rows
+served are its first draws, and the state says how many (``taken``). The rest starts each kept source's draws after
+those, a new source's at its first, and counts the rows and steps served before towards the epoch's.
 """
 
 from __future__ import annotations
