@@ -72,9 +72,10 @@ class MixtureOrder:
         """Per epoch whose plan was let go: the rows its weights asked for over the whole epoch, for the summary."""
         self._orders: dict[int, np.ndarray] = {}
         self.meter = ServedMeter(self)
-        self._origin: tuple[int, int, tuple[int, ...] | None, int, int] = (0, 0, None, 0, 0)
-        """(epoch, step, each source's first draw, rows and steps of the epoch before that step) this mixture's
-        epochs start from: (0, 0, None: fresh, 0, 0), where a checkpoint of another mixture handed over
+        self._origin: tuple[int, int, tuple[int, ...] | None, int, int, dict[str, int]] = (0, 0, None, 0, 0, {})
+        """(epoch, step, each source's first draw, rows and steps of the epoch before that step, the draws of the
+        epoch's sources that this mixture left out) this mixture's epochs start from: (0, 0, None: fresh, 0, 0,
+        {}), where a checkpoint of another mixture handed over
         (``on_change='new_epoch'``: its next epoch; ``'continue'``: the rest of its epoch), or the start of a
         loaded state's epoch (:meth:`anchor`: a resume plans its own epoch only, whatever its number)."""
         self.history: list[tuple[int, dict[str, Any]]] = []
@@ -94,12 +95,13 @@ class MixtureOrder:
         epoch = sampler._pass.epoch
         if self._start is None or self._start["epoch"] != epoch:  # once an epoch: a state is saved every few steps
             plan = self.plan(epoch)
-            rows_before, steps_before = self._origin[3:] if epoch == self._origin[0] else (0, 0)
+            rows_before, steps_before, left_out = self._origin[3:] if epoch == self._origin[0] else (0, 0, {})
             self._start = {"epoch": int(epoch), "step": int(plan.start_step),
                            "starts": [int(one) for one in plan.starts],
                            "expected": [float(one) for one in self._expected_rows(epoch, 0)],
-                           "rows": int(rows_before), "steps": int(steps_before)}
-        start = {**self._start, "starts": list(self._start["starts"]), "expected": list(self._start["expected"])}
+                           "rows": int(rows_before), "steps": int(steps_before), "left_out": dict(left_out)}
+        start = {**self._start, "starts": list(self._start["starts"]), "expected": list(self._start["expected"]),
+                 "left_out": dict(self._start["left_out"])}
         state = {"declared": self.mixture.describe(), "names": list(self.mixture.names), "step": self.step(sampler),
                  "served": {name: [int(served[0, s]), int(served[1, s])] for s, name in enumerate(self.mixture.names)},
                  "epoch_start": start, "history": [[step, dict(declared)] for step, declared in self.history]}
@@ -133,16 +135,18 @@ class MixtureOrder:
                 or len(start["starts"]) != sources or not all(_is_count(one) for one in start["starts"]) \
                 or not isinstance(start.get("expected"), list) or len(start["expected"]) != sources or not all(
                     isinstance(one, (int, float)) and not isinstance(one, bool) and np.isfinite(one) and one >= 0
-                    for one in start["expected"]) or not all(_is_count(start.get(key, 0)) for key in ("rows", "steps")):
+                    for one in start["expected"]) or not all(_is_count(start.get(key, 0)) for key in ("rows", "steps")) \
+                or not _is_draws(start.get("left_out", {})):
             raise ValueError(f"sampler state's mixture epoch_start should be {{'epoch', 'step': integers >= 0, "
                              f"'starts': {sources} integers >= 0, 'expected': {sources} numbers >= 0, 'rows', "
-                             f"'steps': integers >= 0}}, but got {start!r}; the state was not saved by this engine")
+                             f"'steps': integers >= 0, 'left_out': {{source name: integer >= 0}}}}, but got "
+                             f"{start!r}; the state was not saved by this engine")
         history = _checked_history(saved.get("history", []))
         if start["epoch"] < self._origin[0]:
             return None
         undo = (self._origin, self._expected_before, self._plans, self._orders, self._epoch_expected, self.history)
         self._origin = (start["epoch"], start["step"], tuple(start["starts"]), start.get("rows", 0),
-                        start.get("steps", 0))
+                        start.get("steps", 0), dict(start.get("left_out", {})))
         self._expected_before = np.asarray(start["expected"], dtype=np.float64)
         self._plans, self._orders, self._epoch_expected, self._start, self._taken = {}, {}, {}, None, None
         self.history = history
@@ -211,11 +215,12 @@ class MixtureOrder:
                 or len(taken["rows"]) != len(names) or not all(_is_count(one) for one in taken["rows"]) \
                 or not isinstance(start, dict) or not isinstance(start.get("starts"), list) \
                 or len(start["starts"]) != len(names) or not all(_is_count(one) for one in start["starts"]) \
-                or not all(_is_count(start.get(key, 0)) for key in ("step", "rows", "steps")):
+                or not all(_is_count(start.get(key, 0)) for key in ("step", "rows", "steps")) \
+                or not _is_draws(start.get("left_out", {})):
             raise ValueError(f"sampler state's mixture should have 'names', 'taken' {{'steps', 'rows': one integer "
                              f">= 0 a source, 'ended'}} and 'epoch_start' {{'starts': one integer >= 0 a source, "
-                             f"'step', 'rows', 'steps'}} to go on in its epoch, but got {saved!r:.300}; it was not "
-                             f"saved under batching='plain' by this engine")
+                             f"'step', 'rows', 'steps', 'left_out'}} to go on in its epoch, but got {saved!r:.300}; "
+                             f"it was not saved under batching='plain' by this engine")
         exhaust = saved["declared"].get("exhaust") if isinstance(saved["declared"], dict) else None
         if not isinstance(exhaust, dict) or set(exhaust) != set(names):
             raise ValueError(f"sampler state's mixture declared exhaust should name each source {names}, but got "
@@ -318,12 +323,14 @@ class MixtureOrder:
             history.append((step, dict(saved["declared"])))
         if isinstance(saved, dict) and self.continues(saved):
             start, taken = saved["epoch_start"], saved["taken"]
-            drawn = {name: first + count for name, first, count in zip(saved["names"], start["starts"], taken["rows"])}
-            starts = tuple(int(drawn.get(name, 0)) for name in self.mixture.names)
+            drawn = {**start.get("left_out", {}), **{name: first + count for name, first, count in
+                                                      zip(saved["names"], start["starts"], taken["rows"])}}
+            starts = tuple(int(drawn.get(name, 0)) for name in self.mixture.names)  # a new source: its first draw
+            left_out = {name: int(count) for name, count in drawn.items() if name not in self.mixture.names}
             self._origin = (epoch, step, starts, start.get("rows", 0) + sum(taken["rows"]),
-                            start.get("steps", 0) + taken["steps"])
+                            start.get("steps", 0) + taken["steps"], left_out)
         else:
-            self._origin = (epoch, step, None, 0, 0)
+            self._origin = (epoch, step, None, 0, 0, {})
         self._plans, self._orders, self._epoch_expected, self._start, self._taken = {}, {}, {}, None, None
         self._expected_before = self._served_of(saved)[0].astype(np.float64)
         self.history = history
@@ -374,8 +381,8 @@ class MixtureOrder:
 
     def plan(self, epoch: int) -> EpochPlan:
         """The counts of ``epoch`` (and of every epoch before it: each starts where the last ended)."""
-        origin_epoch, origin_step, origin_starts, rows_before, _ = self._origin if epoch >= self._origin[0] \
-            else (0, 0, None, 0, 0)
+        origin_epoch, origin_step, origin_starts, rows_before = self._origin[:4] if epoch >= self._origin[0] \
+            else (0, 0, None, 0)
         first = max((known for known in self._plans if origin_epoch <= known <= epoch), default=origin_epoch - 1)
         for number in range(first + 1, epoch + 1):
             start_step, starts = (origin_step, origin_starts or (0,) * len(self.sizes)) if number == origin_epoch \
@@ -400,6 +407,11 @@ class MixtureOrder:
 
 def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_draws(value: Any) -> bool:
+    """Whether ``value`` is ``{source name: draws}``: an epoch's draws of the sources a mixture left out."""
+    return isinstance(value, dict) and all(isinstance(name, str) and _is_count(count) for name, count in value.items())
 
 
 def _checked_history(value: Any) -> list[tuple[int, dict[str, Any]]]:

@@ -126,6 +126,25 @@ def test_served_counts_carry_on_and_a_state_saved_after_the_change_resumes_exact
     assert resumed[0].state_dict()["mixture"]["history"] == [[5, old.describe()]]
 
 
+def test_two_changes_in_one_epoch_each_go_on_from_the_draws_served():
+    """'b' is left out at the first change and comes back at the second: it goes on after its draws served."""
+    sizes = {"a": 200, "b": 200, "c": 200}
+    mixes = [Mixture({"a": 1, "b": 1}, samples_per_epoch=160),
+             Mixture({"a": 1, "c": 3}, samples_per_epoch=160, on_change="continue"),
+             Mixture({"a": 1, "b": 1, "c": 1}, samples_per_epoch=160, on_change="continue")]
+    ranks, served, states = samplers(mixes[0], sizes, 2), [], []
+    for mix in mixes:
+        if states:
+            ranks = loaded(mix, sizes, states[-1], 1 + len(states) % 2)  # on 2 ranks, then 1, then 2
+        served += take(ranks, 4 if mix is not mixes[-1] else None)
+        states.append(ranks[0].state_dict())
+    epoch = [row for step in served for row in step]
+    assert len(epoch) == len(set(epoch)) == 160
+    assert [step for step, _ in states[1]["mixture"]["history"]] == [4]
+    assert [step for step, _ in states[2]["mixture"]["history"]] == [4, 8]
+    assert [[sum(name == "c" for name, _ in step) for step in served[4:8]]] == [[6, 6, 6, 6]]  # 3/4 of each step
+
+
 def test_a_state_saved_after_the_change_on_two_ranks_resumes_on_one():
     sizes = {"a": 200, "b": 200}
     old = Mixture({"a": 0.5, "b": 0.5}, samples_per_epoch=120)
@@ -217,6 +236,7 @@ def test_a_source_switching_between_cycling_and_stopping_is_refused_naming_it():
     (lambda mix: mix["taken"].update(rows=[-1, 2]), "should have 'names', 'taken'"),
     (lambda mix: mix["taken"].update(ended="no"), "should have 'names', 'taken'"),
     (lambda mix: mix["epoch_start"].update(rows=-3), "should have 'names', 'taken'"),
+    (lambda mix: mix["epoch_start"].update(left_out={"b": -1}), "should have 'names', 'taken'"),
     (lambda mix: mix.update(history=[[1, "web"]]), "history should be a list of"),
 ])
 def test_a_crafted_state_is_refused_naming_what_is_wrong(change, match):
