@@ -135,7 +135,8 @@ class MixtureOrder:
                 or len(start["starts"]) != sources or not all(_is_count(one) for one in start["starts"]) \
                 or not isinstance(start.get("expected"), list) or len(start["expected"]) != sources or not all(
                     isinstance(one, (int, float)) and not isinstance(one, bool) and np.isfinite(one) and one >= 0
-                    for one in start["expected"]) or not all(_is_count(start.get(key, 0)) for key in ("rows", "steps")) \
+                    for one in start["expected"]) \
+                or not all(_is_count(start.get(key, 0)) for key in ("rows", "steps")) \
                 or not _is_draws(start.get("left_out", {})):
             raise ValueError(f"sampler state's mixture epoch_start should be {{'epoch', 'step': integers >= 0, "
                              f"'starts': {sources} integers >= 0, 'expected': {sources} numbers >= 0, 'rows', "
