@@ -187,6 +187,9 @@ class EpochBatchSampler(Sampler[list[int]]):
         saved = PassState.from_state(state)
         if self.mixture is not None and not self.mixture.check_saved(state.get("mixture")):
             if self.mixture.continues(state["mixture"]):  # the rest of the epoch, in an order of its own
+                saved_global = check_saved_int("sampler state", "global_batch", state.get("global_batch", 1), low=1)
+                segments = elastic.check_segments(state.get("served", ()), saved_global)
+                self.mixture.check_taken(state["mixture"], saved.position + sum(steps for _, steps in segments))
                 return PassState.at(saved.epoch, 0, saved.offset)
             return PassState.at(saved.epoch + 1, 0, saved.offset)  # another mixture goes on from the next epoch
         anchored = self.mixture.anchor(state.get("mixture")) if self.mixture is not None else None

@@ -201,6 +201,14 @@ class MixtureOrder:
         (``on_change='continue'`` and the epoch not over), not from the next one."""
         return self.mixture.on_change == "continue" and not saved["taken"]["ended"]
 
+    def check_taken(self, saved: dict[str, Any], steps: int) -> None:
+        """Refuse a state whose ``taken`` is not what its position served: ``steps`` steps of its epoch (all ranks,
+        every part), or all of the epoch's steps when fewer."""
+        taken = saved["taken"]
+        if taken["steps"] > steps or (taken["steps"] < steps and not taken["ended"]):
+            raise ValueError(f"sampler state's mixture taken should count the {steps} steps its position served, but "
+                             f"got taken={taken!r}; the state was not saved by this engine, or was changed since")
+
     def _check_continuable(self, saved: dict[str, Any]) -> None:
         """Refuse to go on in the epoch of a state that does not say what it served, or whose sources keep their
         draws under another rule (cycling against stopping: their passes are numbered otherwise)."""

@@ -145,6 +145,21 @@ def test_two_changes_in_one_epoch_each_go_on_from_the_draws_served():
     assert [[sum(name == "c" for name, _ in step) for step in served[4:8]]] == [[6, 6, 6, 6]]  # 3/4 of each step
 
 
+def test_a_change_after_an_elastic_resume_counts_the_steps_served_on_other_ranks():
+    sizes = {"a": 200, "b": 200}
+    old = Mixture({"a": 0.5, "b": 0.5}, samples_per_epoch=120)
+    first = samplers(old, sizes, 2)
+    served = take(first, 3)
+    elastic = loaded(old, sizes, first[0].state_dict(), 1)
+    served += take(elastic, 2)
+    state = elastic[0].state_dict()
+    assert state["served"] == [[2, 3]] and state["mixture"]["taken"]["steps"] == 5
+    served += take(loaded(Mixture({"a": 0.25, "b": 0.75}, samples_per_epoch=120, on_change="continue"), sizes,
+                          state, 2), None)
+    epoch = [row for step in served for row in step]
+    assert len(epoch) == len(set(epoch)) == 120
+
+
 def test_a_state_saved_after_the_change_on_two_ranks_resumes_on_one():
     sizes = {"a": 200, "b": 200}
     old = Mixture({"a": 0.5, "b": 0.5}, samples_per_epoch=120)
@@ -238,6 +253,8 @@ def test_a_source_switching_between_cycling_and_stopping_is_refused_naming_it():
     (lambda mix: mix["epoch_start"].update(rows=-3), "should have 'names', 'taken'"),
     (lambda mix: mix["epoch_start"].update(left_out={"b": -1}), "should have 'names', 'taken'"),
     (lambda mix: mix.update(history=[[1, "web"]]), "history should be a list of"),
+    (lambda mix: mix["taken"].update(steps=1), "taken should count the 2 steps its position served"),
+    (lambda mix: mix["taken"].update(steps=3), "taken should count the 2 steps its position served"),
 ])
 def test_a_crafted_state_is_refused_naming_what_is_wrong(change, match):
     sizes = {"a": 20, "b": 20}
