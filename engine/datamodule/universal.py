@@ -38,6 +38,7 @@ from engine.tools.device import DeviceNormalize
 from engine.tools.report import DataReport, build_report
 from engine.tools.summary import render_html, render_text
 from engine.tools.validation import first_batch, validate_first_batch
+from engine.tools.verify_resume import ResumeCheck, verify_resume
 from task_spec import TaskSpec
 
 NOT_CHECKPOINTED = NOT_RECORDED
@@ -130,6 +131,7 @@ class UniversalDataModule(CheckpointedModule, lightning().LightningDataModule):
         settings = {name: value for name, value in locals().items() if name in BY_NAME}  # the seed drawn
         check_module_settings(settings)
         options.record_configuration(self, options.checkpoint_configuration(settings, NOT_CHECKPOINTED))
+        self.constructor_arguments = settings  # as given (the seed drawn): verify_resume builds twins from them
         warm_while_listing([train_data, val_data, test_data, predict_data], num_workers, multiprocessing_context)
         self.mixture = as_mixture(mix) if mix is not None else None
         named = is_named_datasets(train_data, task_spec, mixed=self.mixture.names if self.mixture else None)
@@ -290,6 +292,12 @@ class UniversalDataModule(CheckpointedModule, lightning().LightningDataModule):
             return []
         return self.skipped.attach(self._factory.eval_dataloader(self.datasets[role], self.eval_config, role=role,
                                                                  rank=self.rank, num_replicas=self.world_size))
+
+    def verify_resume(self, *, steps: int = 8, at: int | None = None, world: int | None = 2,
+                      to_world: int | None = 1) -> ResumeCheck:
+        """Check that this configuration resumes exactly and on other ranks, in fresh modules built as this one;
+        see :func:`engine.tools.verify_resume.verify_resume` and docs/reproducibility.md."""
+        return verify_resume(self, steps=steps, at=at, world=world, to_world=to_world)
 
     def __repr__(self) -> str:
         return render_text(self)
