@@ -30,3 +30,17 @@ def test_the_gathered_table_holds_each_ranks_own_wait(tmp_path):
         assert report["html"].count("<tr>") == 3  # the header and both ranks
     decode = [row[5 + 1] for row in reports[0]["table"]]  # the decode stage: only rank 1 has a transform
     assert math.isnan(decode[0]) and decode[1] > 0
+
+
+def test_the_lightning_callback_gathers_both_ranks_at_the_end_of_the_epoch(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, str(ROOT / "tests" / "distributed" / "_rank_waits_lightning.py"), str(tmp_path)]
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    reports = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
+    assert [report["rank"] for report in reports] == [0, 1]
+    for report in reports:
+        assert report["table"] == [[other["rank"], other["batches"], other["wait_s"]] for other in reports]
+        assert report["imbalance"] == max(row[2] for row in report["table"]) / (
+            sum(row[2] for row in report["table"]) / 2)
+        assert {"data/wait_imbalance", "data/stage_fetch_ms", "data/stage_collate_ms"} <= set(report["logged"])
