@@ -110,11 +110,11 @@ class ResumableLoader(WatchesItsIterator, BuildsWorkerProcessIterators, Stateful
         begin_pass = getattr(self.dataset, "begin_pass", None)
         if callable(begin_pass):  # state such as the epoch that worker processes share is set here, never in them
             begin_pass()
-        batches = self.executor.start_pass()
-        if self.is_stream:  # its rows are not counted, and the ranks of a sharded stream end the pass together
+        batches = checked(self.executor.start_pass(), self)
+        if self.is_stream:  # the ranks of a sharded stream end the pass together
             sharded = getattr(self.dataset, "world_size", 1) > 1 and dist.is_available() and dist.is_initialized()
             return stop_together(batches) if sharded else batches
-        return checked(batches, self)
+        return batches
 
     def _dropped(self, iterator: Any) -> None:
         self.executor.dropped(iterator)
@@ -230,8 +230,7 @@ class CheckedBatches:
         self._stage_times = loader.stage_times if isinstance(loader, TimesItsStages) else None
         self._loader = weakref.ref(loader)
         self._split = getattr(loader.dataset, "role", "data")
-        replicas = getattr(loader.batch_sampler, "num_replicas", 1)
-        self._rows_in_pass = -(-len(loader.dataset) // replicas)
+        self._replicas = getattr(loader.batch_sampler, "num_replicas", 1)
         self._in_pass: list[Any] = []
 
     def __iter__(self) -> CheckedBatches:
@@ -247,7 +246,8 @@ class CheckedBatches:
                     self._report.add(batch.skipped)
                     self._leave_out(batch.skipped)
                     self._in_pass.extend(batch.skipped)
-                    self._report.check_cap(self._split, len(self._in_pass), self._rows_in_pass, self._in_pass)
+                    rows_in_pass = -(-len(self._dataset) // self._replicas)  # map-style data: a stream skips no rows
+                    self._report.check_cap(self._split, len(self._in_pass), rows_in_pass, self._in_pass)
                 if batch.reader_counts:  # a worker's shard reads, added to the parent's source
                     self._dataset.add_worker_counts(batch.reader_counts)
                 if batch.stage_s and self._stage_times is not None:  # a worker's stage times, with the parent's

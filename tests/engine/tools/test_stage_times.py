@@ -6,6 +6,7 @@ tests/distributed/test_rank_waits.py)."""
 
 import pickle
 
+import datasets
 import lightning
 import pytest
 import torch
@@ -72,6 +73,13 @@ class TestLoaderStages:
         # two workers ran side by side: their busy time is at most twice the time the pass took
         assert sum(times.totals().values()) <= 2 * monitor.stats().elapsed_s
         assert batches[0]["input_ids"].dtype == torch.long  # the batches themselves, unwrapped
+
+    def test_a_streams_worker_stages_come_back_too(self):
+        stream = datasets.Dataset.from_dict({"input_ids": [[5, 6, 7]] * 12}).to_iterable_dataset(num_shards=2)
+        loader = UniversalDataModule(stream, task_spec=SPEC, batch_size=2, num_workers=2, seed=3).train_dataloader()
+        batches = list(loader)
+        assert all(isinstance(batch, dict) for batch in batches)  # unwrapped in the parent
+        assert loader.stage_times.batches == len(batches) == 6 and "collate" in loader.stage_times.totals()
 
     def test_thread_stages(self):
         loader = module(num_threads=1).train_dataloader()
