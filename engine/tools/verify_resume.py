@@ -270,20 +270,19 @@ def _elastic(dm: Any, per_rank: Callable[[int], dict[str, Any]], world: int, to_
         served += [row for batch_epoch, rows in batches if batch_epoch == epoch for row in rows]
         if rank == 0:
             state = through_checkpoint(saving.state_dict())
-    after: list[int] = []
-    padding: Counter[int] = Counter()
+    rests: list[list[list[int]]] = []
     fresh: list[int] = []
     for rank in range(to_world):
         resuming = on_rank(twin(dm, **per_rank(to_world)), rank, to_world)
         resuming.load_state_dict(state)  # the module's checks of identity and position
         sampler = resuming.train_dataloader().batch_sampler
         sampler.load_state_dict(sampler_state_of(state["train_loader"]))
-        rest = [list(batch) for batch in _one_pass(sampler, None)]
-        after += [row for rows in rest for row in rows]
-        padding.update(rest[-1] if rest else [])
+        rests.append([list(batch) for batch in _one_pass(sampler, None)])
         order = sampler.epoch_order(epoch)
         clean = on_rank(twin(dm, **per_rank(to_world)), rank, to_world).train_dataloader().batch_sampler
         fresh += [row for rows in clean.epoch_batches(epoch) for row in rows]
+    after = [row for rest in rests for rows in rest for row in rows]
+    padding = Counter(row for rows in _padding(rests) for row in rows)
     rows = Counter(int(row) for row in order)
     total = Counter(served) + Counter(after)
     repeated = (total - rows) - padding
@@ -293,6 +292,20 @@ def _elastic(dm: Any, per_rank: Callable[[int], dict[str, Any]], world: int, to_
     return ElasticCheck(world, to_world, epoch, sum(rows.values()), len(served), len(after),
                         tuple(sorted(repeated.elements())),
                         tuple(sorted(missing.elements())) if sum(missing.values()) > allowed else ())
+
+
+def _padding(ranks: list[list[list[int]]]) -> list[list[int]]:
+    """The batches that may repeat rows to give every rank the same number of steps: each rank's last batch
+    (``uneven='pad'`` tops it up with rows from the start of the order) and, before it, the trailing batches that
+    repeat a batch served earlier on any rank (a token budget pads with whole batches)."""
+    padding = []
+    for number, batches in enumerate(ranks):
+        others = {tuple(batch) for other, theirs in enumerate(ranks) if other != number for batch in theirs}
+        end = len(batches) - 1
+        while end > 0 and (tuple(batches[end]) in others or batches[end] in batches[:end]):
+            end -= 1
+        padding += batches[max(end, 0):]
+    return padding
 
 
 def _one_pass(sampler: Any, limit: int | None) -> Iterator[Any]:

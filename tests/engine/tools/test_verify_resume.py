@@ -78,6 +78,21 @@ class TestCaught:
         assert (check.difference.step, check.difference.phase, check.difference.values) == (3, "after the resume",
                                                                                              ("noise",))
 
+    def test_an_elastic_resume_that_serves_rows_again_is_caught(self, monkeypatch):
+        """A broken elastic rule: the rest of the epoch keeps the rows served before the save."""
+        monkeypatch.setattr("engine.sampling.elastic.remaining_order",
+                            lambda sampler, epoch, segments: sampler.epoch_order(epoch))
+        check = module(0).verify_resume(steps=4, at=2, world=2, to_world=1)
+        assert check.difference is None and not check.passed  # exact on the same ranks; not on others
+        assert len(check.elastic.repeated) == check.elastic.served_before == 16
+        assert "FAILED, 16 rows repeated" in check.table()
+
+    def test_token_budget_padding_with_whole_batches_is_not_a_repeat(self):
+        check = module(0, batching="token_budget", max_tokens=96, batch_size=None).verify_resume(
+            steps=6, at=2, world=2, to_world=4)
+        assert check.passed, check.table()
+        assert check.elastic.served_before + check.elastic.served_after > check.elastic.rows  # padded
+
     def test_keys_and_shapes_that_differ_are_named(self):
         ours = digest({"input_ids": torch.zeros(2, 3), "labels": torch.zeros(2)})
         theirs = digest({"input_ids": torch.zeros(2, 4), "extra": torch.zeros(1)})
