@@ -13,8 +13,10 @@ W ranks resumed on W' ranks serves every row of its epoch once.
 - **elastic resume** (``world`` -> ``to_world`` ranks, simulated in this process with the same global batch): the
   samplers of ``world`` ranks step ``at`` batches; rank 0's state is loaded by each of ``to_world`` ranks, which
   serve the rest of the epoch. Row ids are the samplers' indices; every row of the epoch's order must be served
-  once, except for the padding that gives every rank the same number of steps (``uneven='pad'``, in a rank's last
-  batch) and the rows a fresh epoch on ``to_world`` ranks leaves out too (``uneven='drop'``, ``drop_last``).
+  once, except for the padding that gives every rank the same number of steps (``uneven='pad'``: a rank's last
+  batch, or whole trailing batches under a token budget) and the rows a fresh epoch on ``to_world`` ranks leaves
+  out too (``uneven='drop'``, ``drop_last``). The simulated ranks sample in this process (``num_workers=0``): the
+  samplers run in the parent whatever the workers, so the rows are the same.
 """
 
 from __future__ import annotations
