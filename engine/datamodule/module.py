@@ -88,7 +88,8 @@ class DataModule(CheckpointedModule):
             ``max_tokens`` padded tokens per batch) or 'packed' (whole documents concatenated into one ``[1, T]``
             sequence of at most ``max_tokens``, no padding); None reads ``spec.preprocessing_config['batching']``.
         max_tokens: Token budget per batch for 'token_budget' and 'packed' (else the spec's 'max_tokens').
-        device_normalize: Vision: keep images uint8 in the loader, normalize on the device (on_after_batch_transfer).
+        device_normalize: Vision: keep images uint8 in the loader, normalize on the device: Lightning's
+            ``on_after_batch_transfer`` does it; a plain loop calls ``dm.device_normalize(batch)`` once on the device.
         validate: At setup, check the first training batch against the spec; the report is ``dm.validation_report``.
         on_error, max_skipped: A row whose read, decode or transform raises: 'raise' names it in an error, 'skip'
             leaves it out of its batch and records it in ``dm.skipped``, 'warn' also warns once per row.

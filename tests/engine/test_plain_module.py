@@ -80,7 +80,7 @@ class TestConfiguration:
 
     def test_arguments_that_are_not_plain_values_must_be_given_again(self):
         dm = DataModule(rows(), **arguments(train_transform=torch.clone))
-        with pytest.raises(ValueError, match=r"pass train_transform=\.\.\. to load_from_checkpoint"):
+        with pytest.raises(ValueError, match=r"pass train_transform=\.\.\. to load_from_checkpoint \(or from_conf"):
             DataModule.from_configuration(dm.configuration, train_data=rows())
 
 
