@@ -1,6 +1,7 @@
 """The data state in torch.distributed.checkpoint with real processes (gloo on CPU): a plain loop over a DataModule
-saves with DCP on 2 ranks (one leaf, the same on both, written once) and a fresh module on 1 rank loads it and
-serves the rest of the epoch, every row once, as the uninterrupted 2-rank run would; and 1 rank to 2."""
+saves with DCP on 2 ranks with a loader worker each (one leaf, the same on both, written once) and a fresh module on
+1 rank without workers loads it and serves the rest of the epoch, every row once, as the uninterrupted 2-rank run
+would; and 1 rank to 2."""
 
 import json
 import os
@@ -39,8 +40,8 @@ def runs(tmp_path_factory):
     folders = {name: root / name for name in ("saved2", "saved1", "resumed1", "resumed2")}
     for folder in folders.values():
         folder.mkdir()
-    launch(2, "save", folders["saved2"], STEPS)
-    launch(1, "resume", folders["saved2"], folders["resumed1"], "save", folders["saved1"], STEPS)
+    launch(2, "save", folders["saved2"], STEPS, 1)
+    launch(1, "resume", folders["saved2"], folders["resumed1"], "save", folders["saved1"], STEPS, 0)
     launch(2, "resume", folders["saved1"], folders["resumed2"])
     return folders
 
