@@ -37,6 +37,13 @@ class TestSameAsUniversal:
         assert tensors(plain.train_dataloader()) == tensors(lightning.train_dataloader())  # epoch 1 too
         assert plain.split_sizes == lightning.split_sizes and plain.configuration == dict(lightning.hparams)
 
+    def test_the_summary_and_the_report_name_the_class_and_hold_the_same_lines(self):
+        plain, lightning = DataModule(rows(), **arguments()), UniversalDataModule(rows(), **arguments())
+        assert repr(plain).startswith("DataModule(\n") and repr(lightning).startswith("UniversalDataModule(\n")
+        assert repr(plain).split("\n", 1)[1] == repr(lightning).split("\n", 1)[1]
+        report = str(plain.report())
+        assert report.startswith("DataModule report: mlm_tiny") and "splits: train=39, val=6, test=5" in report
+
     def test_a_mixture_gives_the_same_batches(self):
         data = {"a": rows(30), "b": rows(20)}
         options = {"task_spec": SPEC, "batch_size": 5, "seed": 2, "mix": {"a": 0.6, "b": 0.4}}
