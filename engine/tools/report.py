@@ -272,6 +272,6 @@ def build_report(dm: Any) -> DataReport:
                                  class_names=numbers["class_names"])
     if images is not None:
         plots.append(images)
-    title = f"UniversalDataModule report: {spec.name}" if spec is not None else "UniversalDataModule report"
+    title = f"{type(dm).__name__} report" + (f": {spec.name}" if spec is not None else "")
     return DataReport(title=title, numbers=numbers, summary=summary_rows(dm, shapes=False),
                       collator_repr=repr(dm.collator), figures=plots, sample_lines=lines)

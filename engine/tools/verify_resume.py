@@ -29,7 +29,6 @@ import runpy
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -252,9 +251,9 @@ def _per_rank(dm: Any, world: int, to_world: int) -> Callable[[int], dict[str, A
 
 
 def on_rank(dm: Any, rank: int, world: int) -> Any:
-    """``dm`` as rank ``rank`` of ``world`` sees itself under a trainer that keeps its samplers."""
-    dm.trainer = SimpleNamespace(global_rank=rank, world_size=world,
-                                 _accelerator_connector=SimpleNamespace(use_distributed_sampler=False))
+    """``dm`` as rank ``rank`` of ``world`` sees itself: the module's ``_world`` hook answers for it, whether it
+    reads ``torch.distributed`` (``DataModule``) or a trainer (``UniversalDataModule``)."""
+    dm._world = lambda: (rank, world)
     return dm
 
 
