@@ -57,9 +57,14 @@ def matches(shown: str, printed: str) -> bool:
 
 
 def output_diff(shown: str, printed: str) -> str:
-    """A unified diff from the shown output to the printed one, line ends ignored."""
-    lines = [[line.rstrip() for line in text.strip().splitlines()] for text in (shown, printed)]
-    return "\n".join(difflib.unified_diff(*lines, "shown in the docs", "printed by the example", lineterm=""))
+    """A unified diff from the shown output to the printed one, line ends ignored.
+
+    A printed line that its shown line (same position) matches, ``...`` included, is shown as that line, so the diff
+    points at the lines that differ, not at every line with a ``...``.
+    """
+    expected, got = ([line.rstrip() for line in text.strip().splitlines()] for text in (shown, printed))
+    got = [want if matches(want, line) else line for want, line in zip(expected, got)] + got[len(expected):]
+    return "\n".join(difflib.unified_diff(expected, got, "shown in the docs", "printed by the example", lineterm=""))
 
 
 def with_checked_prints(code: str, path: str, first_line: int) -> str:
@@ -173,6 +178,8 @@ anything
 def test_an_output_block_that_drifted_from_the_code_fails():
     run_page(PAGE.format(batches=2), "x.md")
     run_page(PAGE.format(batches="..."), "x.md")
+    assert output_diff("a ...\nb: 1\nc", "a 7\nb: 2\nc\nd") == ("--- shown in the docs\n+++ printed by the example\n"
+                                                               "@@ -1,3 +1,4 @@\n a ...\n-b: 1\n+b: 2\n c\n+d")
     with pytest.raises(pytest.fail.Exception) as failure:
         run_page(PAGE.format(batches=5), "x.md")
     assert str(failure.value) == ("x.md:6: the example's output differs from the ```text block after it "
