@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collators.registry import DEFAULT_COLLATOR, CollatorRegistry
 
-BUILTIN_NAMES = (DEFAULT_COLLATOR, "text", "vision", "audio_waveform", "packed")
+BUILTIN_NAMES = (DEFAULT_COLLATOR, "text", "vision", "audio_waveform", "vision_language", "packed")
 
 
 def register_builtins(registry: CollatorRegistry) -> None:
-    """Register the default, text, vision and audio collators on ``registry`` (once)."""
+    """Register the default, text, vision, audio, vision-language and packed collators on ``registry`` (once)."""
     if all(name in registry for name in BUILTIN_NAMES):
         return
     registry.register(DEFAULT_COLLATOR, description="torch default_collate that keeps every dict key")(
@@ -30,6 +30,10 @@ def register_builtins(registry: CollatorRegistry) -> None:
     registry.register(
         "audio_waveform", modality="audio", description="pads waveforms; lengths, mask, optional mel features"
     )("collators.audio:create_audio_collator")
+    registry.register(
+        "vision_language", modality="multimodal",
+        description="images with text: placeholders expanded to image tokens for causal_lm; image-text pairs else",
+    )("collators.multimodal:create_multimodal_collator")
     registry.register(
         "packed", description="whole documents in one [1, T] sequence, position_ids and cu_seq_lens; no padding"
     )("collators.packed:create_packed_collator")

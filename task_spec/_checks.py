@@ -20,7 +20,7 @@ from task_spec.choices import (
     TASK_TYPES,
 )
 
-IDS_WRITTEN_INTO_INPUTS = ("pad_token_id", "mask_token_id")
+IDS_WRITTEN_INTO_INPUTS = ("pad_token_id", "mask_token_id", "image_token_id")
 """Special token ids the collators write into ``input_ids``, so they must lie inside the vocabulary."""
 
 
