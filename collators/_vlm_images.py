@@ -120,15 +120,16 @@ class ImagePipeline:
         return [self.target_size(*image_hw(image, name)) for image, name in zip(images, where)]
 
     def _processor_size(self) -> tuple[int, int]:
-        size = getattr(self.image_processor, "crop_size", None) if getattr(
-            self.image_processor, "do_center_crop", False) else getattr(self.image_processor, "size", None)
-        height, width = (size.get("height"), size.get("width")) if isinstance(size, Mapping) else (None, None)
+        """The output size of the image processor: its crop size when it crops, else its size."""
+        processor = self.image_processor
+        size = processor.crop_size if getattr(processor, "do_center_crop", False) else getattr(processor, "size", None)
+        read = (lambda key: size.get(key)) if isinstance(size, Mapping) else (lambda key: getattr(size, key, None))
+        height, width = read("height"), read("width")
         if height is None or width is None:
-            edge = size.get("shortest_edge") if isinstance(size, Mapping) else None
-            if edge is None:
-                raise ValueError(f"the image processor's output size cannot be read from its size={size!r}; pass "
-                                 f"image_tokens=N")
-            height = width = edge
+            height = width = read("shortest_edge")
+        if height is None:
+            raise ValueError(f"the image processor's output size cannot be read from its size={size!r}; pass "
+                             f"image_tokens=N")
         return int(height), int(width)
 
     def __call__(self, images: Sequence[Any], where: Sequence[str], flips: Sequence[bool]) -> torch.Tensor:

@@ -35,6 +35,7 @@ class _ImageTextBase:
                  padding_side: str = "right", max_length: int | None = None, text_field: str = "text",
                  input_field: str = "input_ids", image_field: str = "pixel_values",
                  decode_device: str | None = None) -> None:
+        self.images = images
         if pad_token_id is None and tokenizer is not None:
             pad_token_id = tokenizer.pad_token_id
         if pad_token_id is None:
@@ -43,7 +44,7 @@ class _ImageTextBase:
         if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int)
                                        or max_length < 1):
             raise ValueError(f"max_length should be a positive int or None, but got max_length={max_length!r}")
-        self.images, self.tokenizer, self.pad_token_id = images, tokenizer, int(pad_token_id)
+        self.tokenizer, self.pad_token_id = tokenizer, int(pad_token_id)
         self.padding_side, self.max_length = check_padding_side(padding_side), max_length
         self.text_field, self.input_field, self.image_field = text_field, input_field, image_field
         self.decode_device = check_decode_device(decode_device, images)
