@@ -114,13 +114,14 @@ def audio_tiny() -> dict[str, Any]:
 
 def vlm_tiny() -> dict[str, Any]:
     """Vision-language causal LM: captions after their image, 32x32 RGB images of 16 image tokens (8x8 patches),
-    64-token rows, the image placeholder at id 1 and padding at id 0."""
+    64-token rows, the image placeholder at id 1 and padding at id 0. Rows carry ``input_ids`` (or ``text``) and
+    ``image`` or ``images``; the collator makes ``pixel_values``."""
     return dict(
         name="vlm_tiny",
         task_type="causal_lm",
         model_family="vision_decoder",
         modality="multimodal",
-        input_fields=("pixel_values", "input_ids"),
+        input_fields=("input_ids",),
         target_field="labels",
         loss_type="cross_entropy",
         metrics=("loss",),
