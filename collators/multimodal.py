@@ -26,6 +26,8 @@ __all__ = ["ImageTextCollator", "VisionLanguageCollator", "create_multimodal_col
 
 IMAGE_KEYS = ("images", "image")
 """Where a row holds its images: ``images`` (a list, in order) or ``image`` (one)."""
+CONSUMED = {*IMAGE_KEYS, "prompt_length", "labels"}
+"""Row keys a vision-language batch is made from, not passed through."""
 
 
 class _ImageTextBase:
@@ -66,7 +68,7 @@ class _ImageTextBase:
             return [] if images is None else list(images)
         return [row["image"]] if row.get("image") is not None else []
 
-    def _image_batch(self, images: list[Any], where: list[str], sizes: list[tuple[int, int]],
+    def image_batch(self, images: list[Any], where: list[str], sizes: list[tuple[int, int]],
                      generator: torch.Generator | None) -> dict[str, Any]:
         """``pixel_values`` (or, with ``decode_device``, the encoded images for the device step), plus
         ``image_sizes`` when sizes vary."""
@@ -130,47 +132,55 @@ class VisionLanguageCollator(_ImageTextBase):
         self.image_token_id = image_token_id_of(image_token_id, image_token, tokenizer)
         self.label_pad_token_id = int(label_pad_token_id)
 
-    def row_tokens(self, row: Mapping[str, Any], where: str = "row 0") -> tuple[list[int], list[tuple[int, int]]]:
-        """A row's expanded token ids and its images' resized sizes (what packing counts as the row's length)."""
+    def row_length(self, row: Mapping[str, Any]) -> int:
+        """The row's token count with its image tokens: what length-aware batching and packing plan by (encoded
+        images are measured from their headers, not decoded)."""
+        return len(self._expand(row, "row")[0])
+
+    def _expand(self, row: Any, where: str) -> tuple[list[int], list[int], list[Any], list[tuple[int, int]]]:
+        """One row's expanded ids, its labels, its images and their resized sizes."""
+        if not isinstance(row, Mapping):
+            raise TypeError(f"{where} should be a dict with token ids and images, but got {type(row).__name__}")
         images = self._row_images(row)
         sizes = self.images.sizes(images, [where] * len(images))
-        ids, _ = expand_placeholders(self._ids(row, where), self.image_token_id,
-                                     [self.images.tokens(size) for size in sizes], where=where)
-        return ids, sizes
+        ids, prompt_end = expand_placeholders(self._ids(row, where), self.image_token_id,
+                                              [self.images.tokens(size) for size in sizes], where=where,
+                                              prompt_length=row.get("prompt_length"))
+        if self.max_length is not None and len(ids) > self.max_length:
+            raise ValueError(f"{where} has {len(ids)} tokens with its image tokens, more than max_length="
+                             f"{self.max_length}; cutting it would split an image's tokens: drop or shorten the "
+                             f"row, or raise max_length (the spec's additional_config['max_seq_len'])")
+        labels = [self.label_pad_token_id if index < prompt_end or token == self.image_token_id else token
+                  for index, token in enumerate(ids)]
+        return ids, labels, images, sizes
+
+    def expand_rows(self, rows: Sequence[Any]) -> tuple[list[list[int]], list[list[int]], list[Any], list[str],
+                                                        list[tuple[int, int]], list[int]]:
+        """Every row's expanded ids and labels, the batch's images in order with their names and sizes, and the
+        image count of each row."""
+        ids, labels, images, where, sizes, counts = [], [], [], [], [], []
+        for position, row in enumerate(rows):
+            name = row_name(rows, position)
+            row_ids, row_labels, row_images, row_sizes = self._expand(row, name)
+            ids.append(row_ids)
+            labels.append(row_labels)
+            images += row_images
+            where += [f"{name}'s image {index}" for index in range(len(row_images))]
+            sizes += row_sizes
+            counts.append(len(row_images))
+        return ids, labels, images, where, sizes, counts
 
     def __call__(self, rows: Sequence[Any], generator: torch.Generator | None = None) -> dict[str, Any]:
         """Collate ``rows``; ``generator`` draws the random flips (when ``flip_probability`` > 0)."""
         if len(rows) == 0:
             raise ValueError("VisionLanguageCollator got an empty list of rows; a batch needs at least one row")
-        ids, labels, images, where, sizes, counts = [], [], [], [], [], []
-        for position, row in enumerate(rows):
-            name = row_name(rows, position)
-            if not isinstance(row, Mapping):
-                raise TypeError(f"{name} should be a dict with token ids and images, but got {type(row).__name__}")
-            row_images = self._row_images(row)
-            row_sizes = self.images.sizes(row_images, [name] * len(row_images))
-            expanded, prompt_end = expand_placeholders(
-                self._ids(row, name), self.image_token_id, [self.images.tokens(size) for size in row_sizes],
-                where=name, prompt_length=row.get("prompt_length"))
-            if self.max_length is not None and len(expanded) > self.max_length:
-                raise ValueError(f"{name} has {len(expanded)} tokens with its image tokens, more than max_length="
-                                 f"{self.max_length}; cutting it would split an image's tokens: drop or shorten the "
-                                 f"row, or raise max_length (the spec's additional_config['max_seq_len'])")
-            ids.append(expanded)
-            labels.append([self.label_pad_token_id if index < prompt_end or token == self.image_token_id else token
-                           for index, token in enumerate(expanded)])
-            images += row_images
-            where += [f"{name}'s image {index}" for index in range(len(row_images))]
-            sizes += row_sizes
-            counts.append(len(row_images))
-        input_ids = self._pad(ids, self.pad_token_id)
-        mask = self._pad([[1] * len(row) for row in ids], 0)
-        batch = {self.input_field: input_ids, "attention_mask": mask,
+        ids, labels, images, where, sizes, counts = self.expand_rows(rows)
+        batch = {self.input_field: self._pad(ids, self.pad_token_id),
+                 "attention_mask": self._pad([[1] * len(row) for row in ids], 0),
                  "labels": self._pad(labels, self.label_pad_token_id),
-                 **self._image_batch(images, where, sizes, generator),
+                 **self.image_batch(images, where, sizes, generator),
                  "images_per_row": torch.tensor(counts, dtype=torch.int64)}
-        consumed = {self.input_field, self.text_field, "images", "image", "prompt_length", "labels"}
-        return add_extra_keys(batch, rows, consumed)
+        return add_extra_keys(batch, rows, CONSUMED | {self.input_field, self.text_field})
 
     def __repr__(self) -> str:
         return (f"VisionLanguageCollator(images={self.images!r}, image_token_id={self.image_token_id}, "
@@ -226,7 +236,7 @@ class ImageTextCollator(_ImageTextBase):
         sizes = self.images.sizes(images, where)
         batch = {self.input_field: self._pad(ids, self.pad_token_id),
                  "attention_mask": self._pad([[1] * len(row) for row in ids], 0),
-                 **self._image_batch(images, where, sizes, generator)}
+                 **self.image_batch(images, where, sizes, generator)}
         check_targets_present(labels, rows, str(self.target_field), self.require_targets)
         if any(label is not MISSING for label in labels):
             batch[str(self.target_field)] = collate_labels(labels, key=str(self.target_field),

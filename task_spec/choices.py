@@ -45,7 +45,8 @@ KNOWN_KEYS: dict[str, tuple[str, ...]] = {
     ),
     # collators/text.py and _text_options.py, collators/vision.py (normalization), collators/audio.py,
     # engine/sources/inputs.py (text fields), engine/sampling/modes.py (batching, max_tokens),
-    # engine/sources/long_rows.py (long_rows, stride), collators/multimodal.py (resize, flip_probability, decode_device).
+    # engine/sources/long_rows.py (long_rows, stride), collators/multimodal.py (resize, flip_probability,
+    # decode_device).
     "preprocessing_config": (
         "text_field", "target_text_field", "padding_side", "mlm_probability", "normalization", "features",
         "n_mels", "n_fft", "hop_length", "batching", "max_tokens", "padding", "pad_to_buckets", "long_rows", "stride",

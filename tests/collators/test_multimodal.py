@@ -190,7 +190,8 @@ class TestImageTextPairs:
 
     def test_contrastive_pairs_need_no_labels(self):
         collate = CollatorRegistry.get_instance().get_collator(self.spec(loss_type="contrastive", target_field=None))
-        batch = collate([{"input_ids": [5], "image": encoded(20, 20, 0)}, {"input_ids": [6], "image": encoded(9, 9, 1)}])
+        batch = collate([{"input_ids": [5], "image": encoded(20, 20, 0)},
+                         {"input_ids": [6], "image": encoded(9, 9, 1)}])
         assert sorted(batch) == ["attention_mask", "input_ids", "pixel_values"]
 
     def test_a_pair_with_two_images_is_refused(self):
@@ -207,7 +208,8 @@ class TestDeviceDecode:
     def test_decoding_after_collation_gives_the_workers_pixels(self):
         """The device step (run here on the CPU) decodes, resizes and normalizes as the worker path does."""
         workers = collator(flip_probability=0.5)(self.rows(), generator=torch.Generator().manual_seed(1))
-        left = collator(decode_device="cpu", flip_probability=0.5)(self.rows(), generator=torch.Generator().manual_seed(1))
+        on_device = collator(decode_device="cpu", flip_probability=0.5)
+        left = on_device(self.rows(), generator=torch.Generator().manual_seed(1))
         assert "pixel_values" not in left and len(left[ENCODED_KEY]) == 3
         decode = DeviceDecode.from_collator(collator(decode_device="cpu"))
         finished = decode(left)
@@ -224,7 +226,8 @@ class TestDeviceDecode:
     @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
     def test_decoding_on_cuda_matches_the_workers_pixels_within_the_decoders_tolerance(self):
         workers = collator()(self.rows())
-        finished = DeviceDecode.from_collator(collator(decode_device="cuda"))(collator(decode_device="cuda")(self.rows()))
+        on_device = collator(decode_device="cuda")
+        finished = DeviceDecode.from_collator(on_device)(on_device(self.rows()))
         assert finished["pixel_values"].device.type == "cuda"
         # nvJPEG and libjpeg may round the inverse DCT and upsampled chroma differently: a few levels in 255
         difference = (finished["pixel_values"].cpu() - workers["pixel_values"]).abs()

@@ -68,6 +68,7 @@ CASES = {
     "vision_language": [(TaskSpec.vlm_tiny(), {}, captions), (TaskSpec.vlm_tiny(), {"flip_probability": 0.5}, captions),
                         (PAIRS, {}, labelled_captions)],
     "packed": [(TaskSpec.lm_tiny(), {}, token_rows), (TaskSpec.mlm_tiny(), {}, token_rows)],
+    "vision_language_packed": [(TaskSpec.vlm_tiny(), {}, captions)],
 }
 CASE_IDS = [(name, index) for name, cases in CASES.items() for index in range(len(cases))]
 
