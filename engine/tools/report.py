@@ -65,6 +65,8 @@ class DataReport:
         for split, counts in self.numbers["labels"].items():
             lines.append(f"  labels {split}: " + ", ".join(f"{self._class(label)}={count}"
                                                            for label, count in counts.items()))
+        if self.numbers.get("images"):
+            lines.append(f"  images (first batch): {measure.describe_images(self.numbers['images'])}")
         lines += [f"  not measured {split}: {why}" for split, why in self.numbers["skipped"].items()]
         lines += [f"  shards {splits}: {measure.describe_reads(reads)}" for splits, reads in self._shards()]
         lines += [f"  sample: {line}" for line in self.sample_lines]
@@ -98,6 +100,8 @@ class DataReport:
                                                f"{cut['tokens']} tokens"))
         rows += [(f"labels {split}", ", ".join(f"{self._class(label)}: {count}" for label, count in counts.items()))
                  for split, counts in self.numbers["labels"].items()]
+        if self.numbers.get("images"):
+            rows.append(("images (first batch)", measure.describe_images(self.numbers["images"])))
         rows += [(f"not measured {split}", why) for split, why in self.numbers["skipped"].items()]
         rows += [(f"shards {splits}", measure.describe_reads(reads)) for splits, reads in self._shards()]
         return rows
@@ -170,6 +174,7 @@ def collect(dm: Any) -> tuple[dict[str, Any], dict[str, np.ndarray], Any]:
     numbers["mixture"] = mixture_numbers(dm)
     batch = dm.first_batch() if train is not None else None
     numbers["sample_batch"] = _shapes(batch)
+    numbers["images"] = measure.image_numbers(batch, collator)
     return numbers, lengths, batch
 
 
