@@ -297,7 +297,7 @@ def expand_placeholders(ids: Sequence[int], token_id: int, tokens: Sequence[int]
     return out, prompt_end
 
 
-def create_multimodal_collator(task_spec: TaskSpec | None = None, **kwargs: Any) -> Any:
+def create_multimodal_collator(task_spec: TaskSpec | None = None, tokenizer: Any = None, **kwargs: Any) -> Any:
     """Factory for the registry: a :class:`VisionLanguageCollator` for ``causal_lm``, else an
     :class:`ImageTextCollator`; options from ``task_spec``, overridden by ``kwargs``.
 
@@ -305,6 +305,7 @@ def create_multimodal_collator(task_spec: TaskSpec | None = None, **kwargs: Any)
     ``image_tokens``) and ``preprocessing_config`` (``normalization``, ``resize``, ``flip_probability``,
     ``decode_device``) unless kwargs give them; ``image_processor=`` replaces resize and normalization.
     """
+    kwargs["tokenizer"] = tokenizer
     image_keys = ("image_size", "resize", "max_image_size", "patch_size", "image_tokens", "normalization", "mean",
                   "std", "flip_probability", "image_processor")
     image_options = {key: kwargs.pop(key) for key in image_keys if key in kwargs}
@@ -321,7 +322,7 @@ def create_multimodal_collator(task_spec: TaskSpec | None = None, **kwargs: Any)
             kwargs.setdefault("decode_device", options["decode_device"])
         if options.get("padding_side") is not None:
             kwargs.setdefault("padding_side", options["padding_side"])
-        if task_spec.special_tokens.get("pad_token_id") is not None and kwargs.get("tokenizer") is None:
+        if task_spec.special_tokens.get("pad_token_id") is not None and tokenizer is None:
             kwargs.setdefault("pad_token_id", task_spec.special_tokens["pad_token_id"])
         if causal:
             kwargs.setdefault("max_length", task_spec.max_seq_len)
