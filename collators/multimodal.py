@@ -16,13 +16,14 @@ import torch
 
 from collators._extra import add_extra_keys
 from collators._padding import check_padding_side, pad_sequences
-from collators._vlm_decode import check_decode_device, encoded_batch
+from collators._vlm_decode import ENCODED_KEY, FLIPS_KEY, check_decode_device, encoded_batch
 from collators._vlm_images import ImagePipeline
 from collators.default import MISSING, check_targets_present, collate_labels
 from collators.targets import row_name
 from task_spec import TaskSpec
 
-__all__ = ["ImageTextCollator", "VisionLanguageCollator", "create_multimodal_collator", "expand_placeholders"]
+__all__ = ["ENCODED_KEY", "FLIPS_KEY", "ImageTextCollator", "VisionLanguageCollator", "create_multimodal_collator",
+           "expand_placeholders"]
 
 IMAGE_KEYS = ("images", "image")
 """Where a row holds its images: ``images`` (a list, in order) or ``image`` (one)."""

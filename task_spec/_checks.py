@@ -74,10 +74,11 @@ def check_target(spec: Any) -> None:
             f"TaskSpec.target_field should be a non-empty string or None, but got {spec.target_field!r}"
         )
     if spec.target_field is None and spec.task_type in SUPERVISED_TASK_TYPES and spec.loss_type != "contrastive":
+        pairs = (", or loss_type='contrastive' for pairs whose pairing is the target"
+                 if spec.task_type == "classification" else "")
         raise ValueError(
             f"TaskSpec.target_field is None, but task_type={spec.task_type!r} needs a target; "
-            f"set target_field='labels' (or the key your rows use), or loss_type='contrastive' for pairs whose "
-                f"pairing is the target"
+            f"set target_field='labels' (or the key your rows use){pairs}"
         )
 
 

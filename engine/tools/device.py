@@ -127,7 +127,7 @@ class DeviceDecode:
         """A new batch with ``pixel_values`` decoded on the device (the caller's batch is not changed)."""
         from torchvision.io import ImageReadMode, decode_jpeg
 
-        from collators._vlm_decode import ENCODED_KEY, FLIPS_KEY
+        from collators.multimodal import ENCODED_KEY, FLIPS_KEY
 
         if ENCODED_KEY not in batch:
             raise KeyError(f"the batch has no {ENCODED_KEY!r} (keys: {sorted(batch)}); DeviceDecode finishes the "

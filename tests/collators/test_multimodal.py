@@ -12,8 +12,8 @@ from PIL import Image
 from transformers import CLIPImageProcessor, LlavaProcessor, SiglipImageProcessor
 
 from collators import CollatorRegistry, ImageTextCollator, VisionLanguageCollator
-from collators._vlm_decode import ENCODED_KEY
 from collators._vlm_images import ImagePipeline
+from collators.multimodal import ENCODED_KEY
 from engine.tools.device import DeviceDecode
 from task_spec import TaskSpec
 from tests.collators.conftest import build_tokenizer
