@@ -238,3 +238,27 @@ class TestDeviceDecode:
             collator(decode_device="cpu")([{"input_ids": [5], "image": encoded(8, 8, 0, "PNG")}])
         with pytest.raises(TypeError, match="row 0's image 0 is a decoded Tensor"):
             collator(decode_device="cpu")([{"input_ids": [5], "image": torch.zeros(3, 8, 8, dtype=torch.uint8)}])
+
+
+def test_the_data_module_decodes_before_the_transfer():
+    """With decode_device, the module's loader yields encoded images and its on_before_batch_transfer hook decodes
+    them into the pixels the worker path gives."""
+    from torch.utils.data import Dataset
+
+    from engine import UniversalDataModule
+
+    class Captions(Dataset):
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, index):
+            return {"input_ids": [5, 6], "image": encoded(20 + index, 24, index)}
+
+    batches = {}
+    for device in (None, "cpu"):
+        dm = UniversalDataModule(Captions(), task_spec=TaskSpec.vlm_tiny(), batch_size=4, num_workers=0, seed=3,
+                                 collator_kwargs={"decode_device": device} if device else None)
+        batch = next(iter(dm.train_dataloader()))
+        assert (ENCODED_KEY in batch) == (device is not None)
+        batches[device] = dm.on_before_batch_transfer(batch, 0)
+    assert torch.equal(batches["cpu"]["pixel_values"], batches[None]["pixel_values"])
