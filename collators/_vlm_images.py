@@ -19,9 +19,10 @@ import torch
 
 from collators.images import NORMALIZATION_PRESETS, stats
 
-RESIZE_MODES = ("fixed", "longest")
+RESIZE_MODES = ("fixed", "longest", "tile")
 """``fixed``: every image to ``image_size``; ``longest``: the longest side to ``max_image_size``, the aspect kept
-and each side rounded to a multiple of ``patch_size`` (so images of a batch differ in size)."""
+and each side rounded to a multiple of ``patch_size`` (so images of a batch differ in size); ``tile``: each image
+resized to a grid of ``image_size`` tiles (at most ``max_tiles``) that follows its aspect, and cut into them."""
 
 
 class ImagePipeline:
@@ -31,6 +32,7 @@ class ImagePipeline:
         image_size: ``(H, W)`` every image is resized to (``resize='fixed'``).
         resize: One of :data:`RESIZE_MODES`.
         max_image_size: Longest side for ``resize='longest'``.
+        max_tiles: Most tiles of one image for ``resize='tile'``.
         patch_size: Side of one image token's patch; image tokens per image are ``(H / p) * (W / p)``.
         image_tokens: Image tokens per image when every image has one size (overrides the patch count).
         normalization: A name in ``NORMALIZATION_PRESETS`` (``'clip'`` too), unless ``mean``/``std`` are given.
@@ -41,13 +43,14 @@ class ImagePipeline:
     """
 
     def __init__(self, *, image_size: int | Sequence[int] | None = None, resize: str = "fixed",
-                 max_image_size: int | None = None, patch_size: int | None = None, image_tokens: int | None = None,
+                 max_image_size: int | None = None, max_tiles: int | None = None, patch_size: int | None = None,
+                 image_tokens: int | None = None,
                  normalization: str | None = None, mean: Sequence[float] | None = None,
                  std: Sequence[float] | None = None, flip_probability: float = 0.0,
                  image_processor: Any = None) -> None:
         if resize not in RESIZE_MODES:
             raise ValueError(f"resize should be one of {', '.join(map(repr, RESIZE_MODES))}, but got resize={resize!r}")
-        for name, value in (("max_image_size", max_image_size), ("patch_size", patch_size),
+        for name, value in (("max_image_size", max_image_size), ("max_tiles", max_tiles), ("patch_size", patch_size),
                             ("image_tokens", image_tokens)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} should be a positive int or None, but got {name}={value!r}")
@@ -55,10 +58,12 @@ class ImagePipeline:
             raise ValueError(f"flip_probability should be in [0, 1], but got flip_probability={flip_probability!r}")
         self.image_processor = image_processor
         self.image_size = _size(image_size)
-        if image_processor is None and resize == "fixed" and self.image_size is None:
-            raise ValueError("resize='fixed' needs image_size=(H, W) (or the spec's additional_config['image_size']), "
+        if image_processor is None and resize in ("fixed", "tile") and self.image_size is None:
+            raise ValueError(f"resize={resize!r} needs image_size=(H, W) (or the spec's additional_config['image_size']), "
                              "but got image_size=None; pass image_size, resize='longest' with max_image_size, or an "
                              "image_processor")
+        if resize == "tile" and max_tiles is None:
+            raise ValueError("resize='tile' needs max_tiles, the most tiles of one image, but got max_tiles=None")
         if resize == "longest" and (max_image_size is None or patch_size is None):
             raise ValueError(f"resize='longest' needs max_image_size and patch_size, but got max_image_size="
                              f"{max_image_size!r}, patch_size={patch_size!r}")
@@ -86,7 +91,7 @@ class ImagePipeline:
         if len(self.mean) != 3 or len(self.std) != 3 or min(self.std) <= 0:
             raise ValueError(f"mean and std should have 3 values (RGB) and std should be positive, but got "
                              f"mean={self.mean}, std={self.std}")
-        self.resize, self.max_image_size, self.patch_size = resize, max_image_size, patch_size
+        self.resize, self.max_image_size, self.max_tiles, self.patch_size = resize, max_image_size, max_tiles, patch_size
         self.image_tokens, self.flip_probability = image_tokens, float(flip_probability)
 
     @property
@@ -95,21 +100,43 @@ class ImagePipeline:
         return self.image_processor is None and self.resize == "longest"
 
     def target_size(self, height: int, width: int) -> tuple[int, int]:
-        """The size an image of ``height`` x ``width`` is resized to."""
+        """The size an image of ``height`` x ``width`` is resized to (for tiles: the whole grid's)."""
         if self.resize == "fixed":
             assert self.image_size is not None
             return self.image_size
+        if self.resize == "tile":
+            assert self.image_size is not None and self.max_tiles is not None
+            tile_height, tile_width = self.image_size
+            rows, cols = max(1, round(height / tile_height)), max(1, round(width / tile_width))
+            while rows * cols > self.max_tiles:  # shrink the longer side of the grid first: the aspect is kept
+                if rows * tile_height >= cols * tile_width:
+                    rows -= 1
+                else:
+                    cols -= 1
+            return rows * tile_height, cols * tile_width
         longest, patch = self.max_image_size, self.patch_size
         assert longest is not None and patch is not None
         scale = longest / max(height, width)
         return (max(patch, round(height * scale / patch) * patch), max(patch, round(width * scale / patch) * patch))
 
     def tokens(self, size: tuple[int, int]) -> int:
-        """Image tokens of an image resized to ``size``."""
+        """Image tokens of an image resized to ``size`` (with tiles: of all its tiles)."""
+        tiles = 1
+        if self.resize == "tile" and self.image_processor is None:
+            assert self.image_size is not None
+            tiles = (size[0] // self.image_size[0]) * (size[1] // self.image_size[1])
+            size = self.image_size
         if self.image_tokens is not None:
-            return self.image_tokens
+            return tiles * self.image_tokens
         assert self.patch_size is not None
-        return (size[0] // self.patch_size) * (size[1] // self.patch_size)
+        return tiles * (size[0] // self.patch_size) * (size[1] // self.patch_size)
+
+    def tiles(self, image: torch.Tensor) -> list[torch.Tensor]:
+        """A resized image cut into its ``image_size`` tiles, row by row."""
+        assert self.image_size is not None
+        height, width = self.image_size
+        return [image[..., top:top + height, left:left + width] for top in range(0, image.shape[-2], height)
+                for left in range(0, image.shape[-1], width)]
 
     def sizes(self, images: Sequence[Any], where: Sequence[str]) -> list[tuple[int, int]]:
         """The resized size of each image, read from its header without decoding its pixels where it is encoded."""
@@ -151,13 +178,17 @@ class ImagePipeline:
         return TF.resize(image, list(size), interpolation=TF.InterpolationMode.BICUBIC, antialias=True)
 
     def finish(self, resized: Sequence[torch.Tensor], flips: Sequence[bool]) -> torch.Tensor:
-        """Pad the resized uint8 images to one size, flip those of ``flips``, scale to [0, 1] and normalize."""
+        """Flip the resized uint8 images of ``flips``, cut them into tiles (``resize='tile'``), pad them to one size,
+        scale to [0, 1] and normalize."""
+        resized = [image.flip(-1) if flip else image for image, flip in zip(resized, flips)]
+        if self.resize == "tile":
+            resized = [tile for image in resized for tile in self.tiles(image)]
         height = max(image.shape[-2] for image in resized)
         width = max(image.shape[-1] for image in resized)
         device = resized[0].device
         batch = torch.zeros((len(resized), 3, height, width), dtype=torch.uint8, device=device)
         for index, image in enumerate(resized):
-            batch[index, :, : image.shape[-2], : image.shape[-1]] = image.flip(-1) if flips[index] else image
+            batch[index, :, : image.shape[-2], : image.shape[-1]] = image
         mean = torch.tensor(self.mean, dtype=torch.float32, device=device).view(1, 3, 1, 1)
         std = torch.tensor(self.std, dtype=torch.float32, device=device).view(1, 3, 1, 1)
         pixels = batch.to(torch.float32).div_(255).sub_(mean).div_(std)
@@ -179,7 +210,7 @@ class ImagePipeline:
 
     def __repr__(self) -> str:
         return (f"ImagePipeline(image_size={self.image_size}, resize={self.resize!r}, max_image_size="
-                f"{self.max_image_size}, patch_size={self.patch_size}, image_tokens={self.image_tokens}, "
+                f"{self.max_image_size}, max_tiles={self.max_tiles}, patch_size={self.patch_size}, image_tokens={self.image_tokens}, "
                 f"mean={self.mean}, std={self.std}, flip_probability={self.flip_probability}, "
                 f"image_processor={type(self.image_processor).__name__ if self.image_processor else None})")
 

@@ -82,6 +82,9 @@ class _ImageTextBase:
             batch = {self.image_field: torch.zeros((0, 3, *(sizes[0] if sizes else self.images.image_size or (0, 0))))}
         if self.images.varies:
             batch["image_sizes"] = torch.tensor(sizes, dtype=torch.int64).reshape(-1, 2)
+        if self.images.resize == "tile" and self.images.image_processor is None:
+            tile = torch.tensor(self.images.image_size, dtype=torch.int64)
+            batch["image_grid"] = (torch.tensor(sizes, dtype=torch.int64).reshape(-1, 2) // tile).reshape(-1, 2)
         return batch
 
     def _pad(self, sequences: list[list[int]], value: int) -> torch.Tensor:
@@ -302,18 +305,18 @@ def create_multimodal_collator(task_spec: TaskSpec | None = None, tokenizer: Any
     """Factory for the registry: a :class:`VisionLanguageCollator` for ``causal_lm``, else an
     :class:`ImageTextCollator`; options from ``task_spec``, overridden by ``kwargs``.
 
-    The image step reads ``additional_config`` (``image_size``, ``max_image_size``, ``patch_size``,
+    The image step reads ``additional_config`` (``image_size``, ``max_image_size``, ``max_tiles``, ``patch_size``,
     ``image_tokens``) and ``preprocessing_config`` (``normalization``, ``resize``, ``flip_probability``,
     ``decode_device``) unless kwargs give them; ``image_processor=`` replaces resize and normalization.
     """
     kwargs["tokenizer"] = tokenizer
-    image_keys = ("image_size", "resize", "max_image_size", "patch_size", "image_tokens", "normalization", "mean",
+    image_keys = ("image_size", "resize", "max_image_size", "max_tiles", "patch_size", "image_tokens", "normalization", "mean",
                   "std", "flip_probability", "image_processor")
     image_options = {key: kwargs.pop(key) for key in image_keys if key in kwargs}
     causal = kwargs.pop("task_type", task_spec.task_type if task_spec is not None else "causal_lm") == "causal_lm"
     if task_spec is not None:
         config, options = task_spec.additional_config, task_spec.preprocessing_config
-        for key in ("image_size", "max_image_size", "patch_size", "image_tokens"):
+        for key in ("image_size", "max_image_size", "max_tiles", "patch_size", "image_tokens"):
             if config.get(key) is not None:
                 image_options.setdefault(key, config[key])
         for key in ("normalization", "resize", "flip_probability"):

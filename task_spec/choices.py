@@ -38,10 +38,10 @@ KNOWN_KEYS: dict[str, tuple[str, ...]] = {
     ),
     # TaskSpec properties, collators/text.py (max_target_len), collators/audio.py (sample_rate, max_length),
     # engine/sources/tokenizing/preprocess.py, engine/tools/_batch_checks.py (image_size, num_classes, vocab_size),
-    # collators/multimodal.py (patch_size, image_tokens, max_image_size).
+    # collators/multimodal.py (patch_size, image_tokens, max_image_size, max_tiles).
     "additional_config": (
         "max_seq_len", "max_target_len", "vocab_size", "num_classes", "image_size", "sample_rate", "max_length",
-        "patch_size", "image_tokens", "max_image_size",
+        "patch_size", "image_tokens", "max_image_size", "max_tiles",
     ),
     # collators/text.py and _text_options.py, collators/vision.py (normalization), collators/audio.py,
     # engine/sources/inputs.py (text fields), engine/sampling/modes.py (batching, max_tokens),
@@ -72,7 +72,7 @@ KEY_ALIASES = {
 
 POSITIVE_INT_KEYS = {
     "additional_config": ("max_seq_len", "vocab_size", "num_classes", "sample_rate", "max_target_len", "max_length",
-                          "patch_size", "image_tokens", "max_image_size"),
+                          "patch_size", "image_tokens", "max_image_size", "max_tiles"),
     "preprocessing_config": ("n_mels", "n_fft", "hop_length", "max_tokens"),
 }
 """Known keys whose value must be a positive int when given."""

@@ -148,6 +148,19 @@ class TestImages:
         assert batch["pixel_values"].shape == (2, 3, 32, 32)
         assert batch["pixel_values"][0, :, 16:].abs().sum() == 0  # padding below the first image
 
+    def test_tiles_follow_the_aspect_within_max_tiles_and_count_their_tokens(self):
+        spec = TaskSpec.vlm_tiny().replace(additional_config={"image_size": 16, "max_tiles": 4},
+                                           preprocessing_config={"resize": "tile"})
+        wide, square = encoded(16, 40, 0), encoded(64, 64, 1)
+        batch = CollatorRegistry.get_instance().get_collator(spec)([{"input_ids": [IMAGE, 5], "image": wide},
+                                                                    {"input_ids": [6], "image": square}])
+        assert batch["image_grid"].tolist() == [[1, 2], [2, 2]]  # 4 x 4 tiles of the square shrink to 2 x 2
+        assert batch["pixel_values"].shape == (6, 3, 16, 16)
+        assert (batch["input_ids"] == IMAGE).sum(1).tolist() == [2 * 4, 4 * 4]
+        whole = collator(image_size=(16, 32))([{"input_ids": [5], "image": wide}])["pixel_values"][0]
+        assert torch.equal(batch["pixel_values"][0], whole[..., :16])
+        assert torch.equal(batch["pixel_values"][1], whole[..., 16:])
+
     def test_undecodable_bytes_name_the_row(self):
         with pytest.raises(ValueError, match="row 0's image 0 could not be decoded as an image"):
             collator()([{"input_ids": [5], "image": b"not an image"}])
