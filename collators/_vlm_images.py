@@ -59,9 +59,9 @@ class ImagePipeline:
         self.image_processor = image_processor
         self.image_size = _size(image_size)
         if image_processor is None and resize in ("fixed", "tile") and self.image_size is None:
-            raise ValueError(f"resize={resize!r} needs image_size=(H, W) (or the spec's additional_config['image_size']), "
-                             "but got image_size=None; pass image_size, resize='longest' with max_image_size, or an "
-                             "image_processor")
+            raise ValueError(f"resize={resize!r} needs image_size=(H, W) (or the spec's "
+                             f"additional_config['image_size']), but got image_size=None; pass image_size, "
+                             f"resize='longest' with max_image_size, or an image_processor")
         if resize == "tile" and max_tiles is None:
             raise ValueError("resize='tile' needs max_tiles, the most tiles of one image, but got max_tiles=None")
         if resize == "longest" and (max_image_size is None or patch_size is None):
@@ -91,7 +91,8 @@ class ImagePipeline:
         if len(self.mean) != 3 or len(self.std) != 3 or min(self.std) <= 0:
             raise ValueError(f"mean and std should have 3 values (RGB) and std should be positive, but got "
                              f"mean={self.mean}, std={self.std}")
-        self.resize, self.max_image_size, self.max_tiles, self.patch_size = resize, max_image_size, max_tiles, patch_size
+        self.resize, self.max_image_size, self.max_tiles = resize, max_image_size, max_tiles
+        self.patch_size = patch_size
         self.image_tokens, self.flip_probability = image_tokens, float(flip_probability)
 
     @property
@@ -210,7 +211,8 @@ class ImagePipeline:
 
     def __repr__(self) -> str:
         return (f"ImagePipeline(image_size={self.image_size}, resize={self.resize!r}, max_image_size="
-                f"{self.max_image_size}, max_tiles={self.max_tiles}, patch_size={self.patch_size}, image_tokens={self.image_tokens}, "
+                f"{self.max_image_size}, max_tiles={self.max_tiles}, patch_size={self.patch_size}, "
+                f"image_tokens={self.image_tokens}, "
                 f"mean={self.mean}, std={self.std}, flip_probability={self.flip_probability}, "
                 f"image_processor={type(self.image_processor).__name__ if self.image_processor else None})")
 

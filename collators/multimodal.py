@@ -310,8 +310,8 @@ def create_multimodal_collator(task_spec: TaskSpec | None = None, tokenizer: Any
     ``decode_device``) unless kwargs give them; ``image_processor=`` replaces resize and normalization.
     """
     kwargs["tokenizer"] = tokenizer
-    image_keys = ("image_size", "resize", "max_image_size", "max_tiles", "patch_size", "image_tokens", "normalization", "mean",
-                  "std", "flip_probability", "image_processor")
+    image_keys = ("image_size", "resize", "max_image_size", "max_tiles", "patch_size", "image_tokens",
+                  "normalization", "mean", "std", "flip_probability", "image_processor")
     image_options = {key: kwargs.pop(key) for key in image_keys if key in kwargs}
     causal = kwargs.pop("task_type", task_spec.task_type if task_spec is not None else "causal_lm") == "causal_lm"
     if task_spec is not None:
