@@ -20,16 +20,18 @@ import torch
 from collators.images import NORMALIZATION_PRESETS, stats
 
 RESIZE_MODES = ("fixed", "longest", "tile")
-"""``fixed``: every image to ``image_size``; ``longest``: the longest side to ``max_image_size``, the aspect kept
-and each side rounded to a multiple of ``patch_size`` (so images of a batch differ in size); ``tile``: each image
-resized to a grid of ``image_size`` tiles (at most ``max_tiles``) that follows its aspect, and cut into them."""
+"""``fixed``: every image to ``image_size`` (without one, images keep their size); ``longest``: the longest side
+to ``max_image_size``, the aspect kept and each side rounded to a multiple of ``patch_size`` (so images of a batch
+differ in size); ``tile``: each image resized to a grid of ``image_size`` tiles (at most ``max_tiles``) that
+follows its aspect, and cut into them."""
 
 
 class ImagePipeline:
     """Decode, resize and normalize the images of a batch; picklable (options only).
 
     Args:
-        image_size: ``(H, W)`` every image is resized to (``resize='fixed'``).
+        image_size: ``(H, W)`` every image is resized to (``resize='fixed'``; None keeps each image's size), or
+            the size of one tile (``resize='tile'``).
         resize: One of :data:`RESIZE_MODES`.
         max_image_size: Longest side for ``resize='longest'``.
         max_tiles: Most tiles of one image for ``resize='tile'``.
@@ -58,10 +60,9 @@ class ImagePipeline:
             raise ValueError(f"flip_probability should be in [0, 1], but got flip_probability={flip_probability!r}")
         self.image_processor = image_processor
         self.image_size = _size(image_size)
-        if image_processor is None and resize in ("fixed", "tile") and self.image_size is None:
-            raise ValueError(f"resize={resize!r} needs image_size=(H, W) (or the spec's "
-                             f"additional_config['image_size']), but got image_size=None; pass image_size, "
-                             f"resize='longest' with max_image_size, or an image_processor")
+        if resize == "tile" and self.image_size is None:
+            raise ValueError("resize='tile' needs image_size=(H, W), the size of one tile (or the spec's "
+                             "additional_config['image_size']), but got image_size=None")
         if resize == "tile" and max_tiles is None:
             raise ValueError("resize='tile' needs max_tiles, the most tiles of one image, but got max_tiles=None")
         if resize == "longest" and (max_image_size is None or patch_size is None):
@@ -97,14 +98,15 @@ class ImagePipeline:
 
     @property
     def varies(self) -> bool:
-        """Whether images of one batch may differ in size (then the batch carries ``image_sizes``)."""
-        return self.image_processor is None and self.resize == "longest"
+        """Whether images of one batch may differ in size (then the batch carries ``image_sizes``): resized by
+        their longest side, or kept at their own size."""
+        return self.image_processor is None and (self.resize == "longest" or (
+            self.resize == "fixed" and self.image_size is None))
 
     def target_size(self, height: int, width: int) -> tuple[int, int]:
         """The size an image of ``height`` x ``width`` is resized to (for tiles: the whole grid's)."""
         if self.resize == "fixed":
-            assert self.image_size is not None
-            return self.image_size
+            return self.image_size if self.image_size is not None else (height, width)
         if self.resize == "tile":
             assert self.image_size is not None and self.max_tiles is not None
             tile_height, tile_width = self.image_size
@@ -143,8 +145,8 @@ class ImagePipeline:
         """The resized size of each image, read from its header without decoding its pixels where it is encoded."""
         if self.image_processor is not None:
             return [self._processor_size()] * len(images)
-        if self.resize == "fixed":
-            return [self.target_size(0, 0)] * len(images)
+        if self.resize == "fixed" and self.image_size is not None:
+            return [self.image_size] * len(images)
         return [self.target_size(*image_hw(image, name)) for image, name in zip(images, where)]
 
     def _processor_size(self) -> tuple[int, int]:
@@ -170,7 +172,7 @@ class ImagePipeline:
         return self.finish([self.resized(image) for image in decoded], flips)
 
     def resized(self, image: torch.Tensor) -> torch.Tensor:
-        """One uint8 CHW image at its target size (bicubic, antialiased), on its own device."""
+        """One CHW image at its target size (bicubic, antialiased), on its own device; uint8 stays uint8."""
         import torchvision.transforms.v2.functional as TF
 
         size = self.target_size(*image.shape[-2:])
@@ -179,20 +181,23 @@ class ImagePipeline:
         return TF.resize(image, list(size), interpolation=TF.InterpolationMode.BICUBIC, antialias=True)
 
     def finish(self, resized: Sequence[torch.Tensor], flips: Sequence[bool]) -> torch.Tensor:
-        """Flip the resized uint8 images of ``flips``, cut them into tiles (``resize='tile'``), pad them to one size,
-        scale to [0, 1] and normalize."""
+        """Flip the resized images of ``flips``, cut them into tiles (``resize='tile'``), pad them to one size, scale
+        to [0, 1] (uint8 by 1/255; float images are in [0, 1] already) and normalize."""
         resized = [image.flip(-1) if flip else image for image, flip in zip(resized, flips)]
         if self.resize == "tile":
             resized = [tile for image in resized for tile in self.tiles(image)]
         height = max(image.shape[-2] for image in resized)
         width = max(image.shape[-1] for image in resized)
         device = resized[0].device
-        batch = torch.zeros((len(resized), 3, height, width), dtype=torch.uint8, device=device)
+        floats = any(image.is_floating_point() for image in resized)
+        batch = torch.zeros((len(resized), 3, height, width), dtype=torch.float32 if floats else torch.uint8,
+                            device=device)
         for index, image in enumerate(resized):
-            batch[index, :, : image.shape[-2], : image.shape[-1]] = image
+            batch[index, :, : image.shape[-2], : image.shape[-1]] = (
+                image.to(torch.float32).div_(255) if floats and not image.is_floating_point() else image)
         mean = torch.tensor(self.mean, dtype=torch.float32, device=device).view(1, 3, 1, 1)
         std = torch.tensor(self.std, dtype=torch.float32, device=device).view(1, 3, 1, 1)
-        pixels = batch.to(torch.float32).div_(255).sub_(mean).div_(std)
+        pixels = (batch if floats else batch.to(torch.float32).div_(255)).sub_(mean).div_(std)
         if self.varies:  # padding stays zero after normalization, so a model's mask of image_sizes need not undo it
             for index, image in enumerate(resized):
                 pixels[index, :, image.shape[-2]:, :] = 0
@@ -250,7 +255,8 @@ def encoded_bytes(image: Any, where: str) -> bytes | None:
 
 
 def decode(image: Any, where: str) -> torch.Tensor:
-    """One image as RGB uint8 CHW: bytes by ``torchvision.io.decode_image``, PIL converted, tensors checked."""
+    """One image as RGB CHW (uint8, or float in [0, 1] as given): bytes by ``torchvision.io.decode_image``, PIL
+    converted, tensors checked."""
     data = encoded_bytes(image, where)
     if data is not None:
         from torchvision.io import ImageReadMode, decode_image
@@ -261,9 +267,14 @@ def decode(image: Any, where: str) -> torch.Tensor:
             raise ValueError(f"{where} could not be decoded as an image ({len(data)} bytes starting "
                              f"{data[:8]!r}): {error}") from error
     if isinstance(image, torch.Tensor):
-        if image.dtype != torch.uint8 or image.ndim != 3 or image.shape[0] not in (1, 3):
-            raise TypeError(f"{where} should be a uint8 CHW tensor with 1 or 3 channels, but got a {image.dtype} "
-                            f"tensor of shape {tuple(image.shape)}")
+        if not (image.dtype == torch.uint8 or image.is_floating_point()) or image.ndim != 3 or image.shape[0] not in (
+                1, 3):
+            raise TypeError(f"{where} should be a uint8 (or float in [0, 1]) CHW tensor with 1 or 3 channels, but "
+                            f"got a {image.dtype} tensor of shape {tuple(image.shape)}")
+        if image.is_floating_point() and image.numel() and not 0 <= float(image.min()) <= float(image.max()) <= 1:
+            raise ValueError(f"{where} is a float image with values in [{float(image.min()):.4g}, "
+                             f"{float(image.max()):.4g}], but float images should hold values in [0, 1] (the "
+                             f"collator normalizes them); pass uint8 images, or divide by 255")
         return image.expand(3, -1, -1) if image.shape[0] == 1 else image
     from PIL import Image
 

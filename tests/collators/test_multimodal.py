@@ -161,6 +161,20 @@ class TestImages:
         assert torch.equal(batch["pixel_values"][0], whole[..., :16])
         assert torch.equal(batch["pixel_values"][1], whole[..., 16:])
 
+    def test_without_an_image_size_images_keep_their_size_and_float_images_are_read_as_0_to_1(self):
+        spec = TaskSpec(name="pairs", task_type="classification", modality="multimodal",
+                        special_tokens={"pad_token_id": 0}, additional_config={"num_classes": 2},
+                        preprocessing_config={"normalization": "half"})
+        collate = CollatorRegistry.get_instance().get_collator(spec)
+        floats = torch.rand(3, 4, 6, generator=torch.Generator().manual_seed(0))
+        batch = collate([{"input_ids": [5], "image": floats, "labels": 0},
+                         {"input_ids": [6], "image": torch.full((3, 4, 4), 255, dtype=torch.uint8), "labels": 1}])
+        assert batch["image_sizes"].tolist() == [[4, 6], [4, 4]]
+        torch.testing.assert_close(batch["pixel_values"][0], (floats - 0.5) / 0.5)
+        assert batch["pixel_values"][1, :, :, :4].eq(1).all() and batch["pixel_values"][1, :, :, 4:].eq(0).all()
+        with pytest.raises(ValueError, match=r"row 0's image is a float image with values in \[0, 255\]"):
+            collate([{"input_ids": [5], "image": torch.where(floats > 0.5, 255.0, 0.0), "labels": 0}])
+
     def test_undecodable_bytes_name_the_row(self):
         with pytest.raises(ValueError, match="row 0's image 0 could not be decoded as an image"):
             collator()([{"input_ids": [5], "image": b"not an image"}])
