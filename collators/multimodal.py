@@ -305,9 +305,11 @@ def create_multimodal_collator(task_spec: TaskSpec | None = None, tokenizer: Any
     """Factory for the registry: a :class:`VisionLanguageCollator` for ``causal_lm``, else an
     :class:`ImageTextCollator`; options from ``task_spec``, overridden by ``kwargs``.
 
-    The image step reads ``additional_config`` (``image_size``, ``max_image_size``, ``max_tiles``, ``patch_size``,
-    ``image_tokens``) and ``preprocessing_config`` (``normalization``, ``resize``, ``flip_probability``,
-    ``decode_device``) unless kwargs give them; ``image_processor=`` replaces resize and normalization.
+    Token ids resolve as in the text collator: the explicit argument, then the tokenizer (``image_token``, its pad
+    token), then ``special_tokens`` (``image_token_id``, ``pad_token_id``). The image step reads
+    ``additional_config`` (``image_size``, ``max_image_size``, ``max_tiles``, ``patch_size``, ``image_tokens``) and
+    ``preprocessing_config`` (``normalization``, ``resize``, ``flip_probability``, ``decode_device``) unless kwargs
+    give them; ``image_processor=`` replaces resize and normalization.
     """
     kwargs["tokenizer"] = tokenizer
     image_keys = ("image_size", "resize", "max_image_size", "max_tiles", "patch_size", "image_tokens",
@@ -326,11 +328,13 @@ def create_multimodal_collator(task_spec: TaskSpec | None = None, tokenizer: Any
             kwargs.setdefault("decode_device", options["decode_device"])
         if options.get("padding_side") is not None:
             kwargs.setdefault("padding_side", options["padding_side"])
-        if task_spec.special_tokens.get("pad_token_id") is not None and tokenizer is None:
+        if task_spec.special_tokens.get("pad_token_id") is not None and getattr(tokenizer, "pad_token_id",
+                                                                                 None) is None:
             kwargs.setdefault("pad_token_id", task_spec.special_tokens["pad_token_id"])
         if causal:
             kwargs.setdefault("max_length", task_spec.max_seq_len)
-            if task_spec.special_tokens.get("image_token_id") is not None:
+            if task_spec.special_tokens.get("image_token_id") is not None and not _holds(
+                    tokenizer, kwargs.get("image_token", "<image>")):
                 kwargs.setdefault("image_token_id", task_spec.special_tokens["image_token_id"])
         else:
             kwargs.setdefault("target_field", task_spec.target_field)
@@ -342,3 +346,11 @@ def create_multimodal_collator(task_spec: TaskSpec | None = None, tokenizer: Any
         image_options["image_tokens"] = 1  # pairs do not expand placeholders: the count is unused
     images = ImagePipeline(**image_options)
     return VisionLanguageCollator(images=images, **kwargs) if causal else ImageTextCollator(images=images, **kwargs)
+
+
+def _holds(tokenizer: Any, token: str) -> bool:
+    """Whether ``tokenizer`` has ``token`` in its vocabulary (not read as unknown)."""
+    if tokenizer is None:
+        return False
+    token_id = tokenizer.convert_tokens_to_ids(token)
+    return token_id is not None and token_id != tokenizer.unk_token_id

@@ -66,6 +66,14 @@ class TestRegistry:
             assert registry.resolve(TaskSpec.vlm_tiny()).chosen.name == "mine"
 
 
+    def test_ids_come_from_the_tokenizer_before_the_spec(self, image_tokenizer):
+        registry = CollatorRegistry.get_instance()
+        with_tokenizer = registry.get_collator(TaskSpec.vlm_tiny(), tokenizer=image_tokenizer)
+        assert with_tokenizer.image_token_id == image_tokenizer.convert_tokens_to_ids("<image>") != IMAGE
+        plain = build_tokenizer(pad_token=None, post_processor=False)  # neither <image> nor a pad token
+        assert registry.get_collator(TaskSpec.vlm_tiny(), tokenizer=plain).image_token_id == IMAGE
+
+
 class TestPlaceholders:
     def test_expansion_equals_llava_processors(self, image_tokenizer):
         """Each ``<image>`` becomes the image's (H / patch) * (W / patch) tokens, as LlavaProcessor expands it."""
