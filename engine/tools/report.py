@@ -257,6 +257,9 @@ def build_report(dm: Any) -> DataReport:
         plots.append(figures.label_bars(numbers["labels"], numbers["class_names"]))
     if numbers["mixture"]:
         plots.append(figures.mixture_bars(numbers["mixture"]))
+        by_step = numbers["mixture"]["weights_by_step"]
+        if by_step["changes"] or len({tuple(weights) for weights in zip(*by_step["weights"].values())}) > 1:
+            plots.append(figures.mixture_weights(numbers["mixture"]))
     lines, images = sample_lines(batch, dm.tokenizer, SHOWN_ROWS,
                                  seq2seq=spec is not None and spec.task_type == "seq2seq",
                                  image_key=_image_key(spec, batch), label_key=_label_key(spec, batch),
