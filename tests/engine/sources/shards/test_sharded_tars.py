@@ -76,8 +76,11 @@ def test_members_are_grouped_by_the_key_before_the_first_dot_as_webdataset_does(
     assert rows[1]["image"] == b"png-bytes" and rows[1]["seg.png"] is None
 
 
-def test_the_same_batches_at_any_worker_count_and_exact_resume(tmp_path):
+@pytest.mark.parametrize("group_rows", [256, 16])
+def test_the_same_batches_at_any_worker_count_and_exact_resume(tmp_path, monkeypatch, group_rows):
+    monkeypatch.setattr(tars, "TAR_GROUP_ROWS", group_rows)  # 16: each tar read in 7 ranged reads, not one
     folder = write_tars(tmp_path / "wds")
+    assert ShardedSource.from_shards(shards(folder, tmp_path)).listing.num_groups == 3 * -(-100 // group_rows)
     full = epoch(module(shards(folder, tmp_path)))
     assert sorted(full) == list(range(300))
     assert epoch(module(shards(folder, tmp_path), workers=2, multiprocessing_context="fork")) == full
