@@ -1,4 +1,5 @@
-"""File-backed datasets (HDF5, image folders, image-text folders, text files) with LAZY, EAGER, CACHED and STREAMING loading modes.
+"""File-backed datasets (HDF5, image folders, image-text folders, text files); all but image-text folders with
+LAZY, EAGER, CACHED and STREAMING loading modes.
 
 They are torch Datasets, so they go wherever data does: ``UniversalDataModule(train_data=...)``,
 ``DataLoaderFactory().create_dataloader(...)`` or a plain ``DataLoader``. STREAMING datasets are

@@ -15,6 +15,7 @@ from engine.sources.shards.source import ShardedSource
 from tests.engine.sources.shards.image_text import (
     SPEC,
     DecodeImages,
+    samples,
     served,
     write_image_parquet,
     write_tars,
@@ -159,3 +160,48 @@ def test_tars_on_s3_serve_the_batches_of_the_same_tars_on_disk(tmp_path, s3_buck
         remote = Shards(s3_bucket.url("wds/"), storage_options=client_options, cache_dir=str(tmp_path / "remote"),
                         shuffle_window=64, retry_wait=0.01)
         assert epoch(module(remote, workers=2, multiprocessing_context="fork")) == local
+
+
+class ImagesOrText:
+    """A collator for a mixture of image-text and text-only rows: which rows hold an image, and their text."""
+
+    def __call__(self, rows):
+        import torch
+
+        return {"image": torch.tensor([row.get("image") is not None for row in rows]),
+                "text": [row["text"] for row in rows]}
+
+
+def test_a_mixture_of_image_text_tars_and_text_only_rows_serves_both_and_resumes_exactly(tmp_path):
+    import datasets
+    import webdataset
+
+    folder = tmp_path / "pairs"
+    folder.mkdir()
+    with webdataset.TarWriter(str(folder / "shard-00000.tar")) as writer:
+        for sample in samples(0, 40):
+            writer.write({"__key__": sample["__key__"], "png": sample["png"], "txt": sample["txt"]})
+    words = datasets.Dataset.from_dict({"text": [f"only words {doc}" for doc in range(40)]})
+
+    def mixed():
+        return UniversalDataModule({"pairs": shards(folder, tmp_path), "words": words},
+                                   mix={"pairs": 0.5, "words": 0.5}, batch_size=8, val_split=0, seed=2,
+                                   collate_fn=ImagesOrText())
+
+    def texts(batches):
+        return [text for batch in batches for text in batch["text"]]
+
+    with no_hang(120):
+        full = list(mixed().train_dataloader())
+        first = mixed()
+        iterator = iter(first.train_dataloader())
+        before = [next(iterator) for _ in range(3)]
+        state = pickle.loads(pickle.dumps(first.state_dict()))
+        resumed = mixed()
+        resumed.load_state_dict(state)
+        after = list(resumed.train_dataloader())
+    assert texts(before + after) == texts(full)
+    pictures = sum(int(batch["image"].sum()) for batch in full)
+    assert 0 < pictures < len(texts(full))
+    assert all(text.startswith("a picture") == bool(has) for batch in full
+               for text, has in zip(batch["text"], batch["image"]))
