@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-TAR_GROUP_ROWS = 256
+TAR_GROUP_ROWS = 64
 """Samples of a tar read together (one ranged read) and cached as one row group."""
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff", "ppm", "pgm")
