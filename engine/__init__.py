@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from engine.sources.shards.listing import Shards
     from engine.sources.splits import SplitPlan, plan_splits
     from engine.sources.tokenizing.ray_tokenize import tokenize_on_ray
-    from engine.tools.device import DeviceNormalize, normalize_on_device
+    from engine.tools.device import DeviceDecode, DeviceNormalize, normalize_on_device
     from engine.tools.mixture_callback import MixtureCallback
     from engine.tools.monitor import DataMonitor
     from engine.tools.monitor_callback import DataMonitorCallback
@@ -78,6 +78,7 @@ _LAZY = {
     "SplitPlan": "engine.sources.splits",
     "plan_splits": "engine.sources.splits",
     "tokenize_on_ray": "engine.sources.tokenizing.ray_tokenize",
+    "DeviceDecode": "engine.tools.device",
     "DeviceNormalize": "engine.tools.device",
     "normalize_on_device": "engine.tools.device",
     "MixtureCallback": "engine.tools.mixture_callback",
@@ -111,6 +112,7 @@ __all__ = [
     "DataMonitor",
     "DataMonitorCallback",
     "DataReport",
+    "DeviceDecode",
     "DeviceNormalize",
     "EpochLengthPolicy",
     "LengthGroupedBatchSampler",

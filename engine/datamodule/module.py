@@ -37,7 +37,7 @@ from engine.sources.rows import MapSource
 from engine.sources.splits import SplitPlan
 from engine.sources.tokenizing.token_cache import TokenCache
 from engine.sources.transforms import split_transforms
-from engine.tools.device import DeviceNormalize
+from engine.tools.device import DeviceDecode, DeviceNormalize
 from engine.tools.report import DataReport, build_report
 from engine.tools.summary import render_html, render_text
 from engine.tools.validation import first_batch, validate_first_batch
@@ -200,6 +200,7 @@ class DataModule(CheckpointedModule):
         self.transforms = split_transforms(train_transform, eval_transform, seed=seed, stream=self._stream is not None)
         check_transforms_can_start(self.transforms, train=self.train_config, evaluation=self.eval_config)
         self.device_normalize = DeviceNormalize.from_collator(self.collator)  # also for collator_kwargs keep_uint8
+        self.device_decode = DeviceDecode.from_collator(self.collator)  # a vision-language decode_device
         self.split_plan: SplitPlan | None = None
         self.datasets: dict[str, MapSource] = {}
         self.truncation: dict[str, int] | None = None  # rows and tokens that max_length cuts, after setup

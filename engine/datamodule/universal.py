@@ -71,6 +71,11 @@ class UniversalDataModule(DataModule, lightning().LightningDataModule):
             return None
         return limit if limit < len(loader) else None
 
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Lightning hook, before the copy: decode the JPEGs a vision-language collator left encoded
+        (``decode_device``) on that device; other batches unchanged."""
+        return self.device_decode(batch) if self.device_decode is not None else batch
+
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Lightning hook, on the device: finish uint8 image batches (``device_normalize``); others unchanged."""
         return self.device_normalize(batch) if self.device_normalize is not None else batch

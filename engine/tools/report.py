@@ -74,6 +74,8 @@ class DataReport:
         for split, counts in self.numbers["labels"].items():
             lines.append(f"  labels {split}: " + ", ".join(f"{self._class(label)}={count}"
                                                            for label, count in counts.items()))
+        if self.numbers.get("images"):
+            lines.append(f"  images (first batch): {measure.describe_images(self.numbers['images'])}")
         lines += [f"  not measured {split}: {why}" for split, why in self.numbers["skipped"].items()]
         lines += [f"  shards {splits}: {measure.describe_reads(reads)}" for splits, reads in self._shards()]
         lines += [f"  sample: {line}" for line in self.sample_lines]
@@ -110,6 +112,8 @@ class DataReport:
                                                f"{cut['tokens']} tokens"))
         rows += [(f"labels {split}", ", ".join(f"{self._class(label)}: {count}" for label, count in counts.items()))
                  for split, counts in self.numbers["labels"].items()]
+        if self.numbers.get("images"):
+            rows.append(("images (first batch)", measure.describe_images(self.numbers["images"])))
         rows += [(f"not measured {split}", why) for split, why in self.numbers["skipped"].items()]
         rows += [(f"shards {splits}", measure.describe_reads(reads)) for splits, reads in self._shards()]
         return rows
@@ -182,6 +186,7 @@ def collect(dm: Any) -> tuple[dict[str, Any], dict[str, np.ndarray], Any]:
     numbers["mixture"] = mixture_numbers(dm)
     batch = dm.first_batch() if train is not None else None
     numbers["sample_batch"] = _shapes(batch)
+    numbers["images"] = measure.image_numbers(batch, collator)
     return numbers, lengths, batch
 
 
@@ -192,7 +197,8 @@ def _chosen_batches(dm: Any, train: Source, key: str | None, order: Any = None) 
     sampler = batch_sampler_for(train, batching=dm.batching, batch_size=config.batch_size, max_tokens=dm.max_tokens,
                                 key=key, seed=config.seed, shuffle=config.shuffle, drop_last=config.drop_last,
                                 num_replicas=dm.world_size, rank=dm.rank, uneven=dm.uneven, order=order,
-                                balance=dm.balance, attention_weight=dm.attention_weight)
+                                balance=dm.balance, attention_weight=dm.attention_weight,
+                                measure=getattr(dm.collator, "row_length", None))
     return sampler.seed, sampler.epoch_batches(0)
 
 
