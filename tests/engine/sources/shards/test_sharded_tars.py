@@ -205,3 +205,24 @@ def test_a_mixture_of_image_text_tars_and_text_only_rows_serves_both_and_resumes
     assert 0 < pictures < len(texts(full))
     assert all(text.startswith("a picture") == bool(has) for batch in full
                for text, has in zip(batch["text"], batch["image"]))
+
+
+def test_tars_feed_the_vision_language_collator_the_same_batches_at_any_worker_count(tmp_path):
+    from demo.sample_data import build_tokenizer
+    from task_spec import TaskSpec
+
+    folder = write_tars(tmp_path / "wds", files=2, per_file=40)
+    tokenizer = build_tokenizer()
+
+    def batches(workers):
+        dm = UniversalDataModule(shards(folder, tmp_path), task_spec=TaskSpec.vlm_tiny(), tokenizer=tokenizer,
+                                 batch_size=8, val_split=0, seed=1, num_workers=workers,
+                                 multiprocessing_context="fork")
+        with no_hang(120):
+            return list(dm.train_dataloader())
+
+    first, again = batches(0), batches(2)
+    assert first[0]["pixel_values"].shape == (8, 3, 32, 32) and first[0]["labels"].shape == first[0]["input_ids"].shape
+    assert sorted(key for batch in first for key in batch["__key__"]) == [f"sample{doc:05d}" for doc in range(80)]
+    for one, other in zip(first, again, strict=True):
+        assert all(bool((one[key] == other[key]).all()) for key in ("input_ids", "labels", "pixel_values"))
