@@ -15,7 +15,7 @@ from torch.utils.data import get_worker_info
 from collators import CollatorRegistry, Resolution
 from collators.columns import RowBatch
 from engine.core.rng import content_seed, generator_from
-from engine.core.skipped_rows import WithSkippedRows
+from engine.core.skipped_rows import SkippedRow, WithSkippedRows
 from engine.core.stage_times import StageTimes
 from engine.sources.bad_rows import named_error
 from task_spec import TaskSpec
@@ -56,7 +56,12 @@ class SeededCollate:
 
     def __call__(self, rows: list[Any]) -> Any:
         start = time.perf_counter()
-        batch = self._collate(rows)
+        try:
+            batch = self._collate(rows)
+        except Exception as error:
+            if not skips_rows(rows):
+                raise
+            batch, rows = self._collate_skipping(rows, error)
         times = {**(getattr(rows, "stage_s", None) or {}), "collate": time.perf_counter() - start}
         if self.pads_text and isinstance(rows, RowBatch):  # Arrow columns and tensor lists were checked at setup
             refuse_empty_rows(batch, rows)
@@ -69,21 +74,70 @@ class SeededCollate:
 
     def _collate(self, rows: list[Any]) -> Any:
         try:
-            if not self.takes_generator or not getattr(self.collate_fn, "draws_random", True):
-                return self.collate_fn(rows)
-            seed = getattr(rows, "rng_seed", None)
-            if seed is None and self.content_seed_from is not None:  # stream rows carry no indices
-                seed = content_seed(self.content_seed_from, rows)
-            return self.collate_fn(rows, generator=generator_from(seed) if seed is not None else None)
+            return self._call(rows)
         except Exception as error:
             indices = getattr(rows, "indices", None)  # the user's rows (a window of long_rows='split': its row)
-            if indices is None:
+            if indices is None or skips_rows(rows):
                 raise
             raise named_error(error, collate_failure(error, indices, rows.role, getattr(rows, "sources", None))
                               ) from error
 
+    def _call(self, rows: list[Any]) -> Any:
+        if not self.takes_generator or not getattr(self.collate_fn, "draws_random", True):
+            return self.collate_fn(rows)
+        seed = getattr(rows, "rng_seed", None)
+        if seed is None and self.content_seed_from is not None:  # stream rows carry no indices
+            seed = content_seed(self.content_seed_from, rows)
+        return self.collate_fn(rows, generator=generator_from(seed) if seed is not None else None)
+
+    def _collate_skipping(self, rows: RowBatch, error: Exception) -> tuple[Any, RowBatch]:
+        """``(batch, rows kept)`` of a batch whose collation raised ``error`` under ``on_error`` 'skip' or 'warn':
+        each row collated alone (where a corrupt image is decoded), the failing ones left out and recorded with
+        where they are (a shard and a sample's key, where the source names them), the rest collated together."""
+        places = getattr(rows, "places", None) or [None] * len(rows)
+        kept, records, first = [], [], None
+        for place in range(len(rows)):
+            try:
+                self._call(_part(rows, [place]))
+            except Exception as single:  # the row's own failure (a corrupt image, a bad value), recorded
+                first = first or single
+                where = f"{places[place]}: " if places[place] else ""
+                records.append(SkippedRow(rows.indices[place], rows.role, type(single).__name__,
+                                          f"{where}{single}"))
+                continue
+            kept.append(place)
+        if not records:  # no row fails alone: the batch, not a row, is at fault
+            raise named_error(error, collate_failure(error, rows.indices, rows.role)) from error
+        if not kept:
+            raise named_error(first, f"every row of the batch {rows.indices[:8]} of the {rows.role} data failed to "
+                                     f"collate, and on_error={rows.on_error!r} leaves out rows, not whole batches "
+                                     f"(an empty batch would break the step and the ranks' equal batch counts); "
+                                     f"fix the data") from first
+        part = _part(rows, kept)
+        part.skipped = [*(rows.skipped or []), *records]
+        return self._collate(part), part
+
     def __repr__(self) -> str:
         return f"SeededCollate({self.collate_fn!r})"
+
+
+def skips_rows(rows: Any) -> bool:
+    """Whether ``rows`` come from a source that leaves out rows that fail (``on_error`` 'skip' or 'warn'), one by
+    one: a mixture's batch is not (its rows' records count per source)."""
+    return (isinstance(rows, RowBatch) and getattr(rows, "on_error", "raise") != "raise"
+            and rows.indices is not None and rows.sources is None)
+
+
+def _part(rows: RowBatch, places: list[int]) -> RowBatch:
+    """The rows at ``places`` of ``rows``, with their seed, split, indices, positions and places."""
+    part = RowBatch([rows[place] for place in places])
+    part.rng_seed, part.role, part.on_error = rows.rng_seed, rows.role, rows.on_error
+    part.indices = [rows.indices[place] for place in places]
+    if rows.positions is not None:
+        part.positions = [rows.positions[place] for place in places]
+    places_of = getattr(rows, "places", None)
+    part.places = [places_of[place] for place in places] if places_of else None
+    return part
 
 
 def refuse_empty_rows(batch: Any, rows: RowBatch) -> None:

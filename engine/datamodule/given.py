@@ -108,12 +108,23 @@ def check_tokenized_alike(parts: Mapping[str, MapSource], task_spec: Any) -> Non
             f"tokenized at setup like the others, or tokenize it ahead (tokenize_on_ray for shards)")
 
 
+IMAGE_ROW_FIELDS = ("image", "images")
+"""The fields of an image-text row that a text-only row lacks: a mixture may mix such rows (the multimodal collator
+takes rows with and without images), as it may rows with and without metadata fields named ``__...__``."""
+
+
+def _compared(keys: list[str] | None) -> list[str] | None:
+    return None if keys is None else sorted(key for key in keys
+                                            if key not in IMAGE_ROW_FIELDS and not key.startswith("__"))
+
+
 def check_same_fields(parts: Mapping[str, MapSource]) -> None:
-    """Refuse a mixture whose sources' rows have other fields: a batch mixes their rows, which must be alike."""
+    """Refuse a mixture whose sources' rows have other fields: a batch mixes their rows, which must be alike (but
+    for images and ``__key__``-like metadata: image-text and text-only sources mix)."""
     fields = {name: row_keys(part) for name, part in parts.items()}
     first, keys = next(iter(fields.items()))
     for name, other in fields.items():
-        if other is not None and keys is not None and sorted(other) != sorted(keys):
+        if other is not None and keys is not None and _compared(other) != _compared(keys):
             missing, extra = sorted(set(keys) - set(other)), sorted(set(other) - set(keys))
             raise ValueError(f"a mixture's sources should have the same fields, since every batch mixes their rows, "
                              f"but train_data[{name!r}] has {sorted(other)} and train_data[{first!r}] has "

@@ -57,7 +57,18 @@ def check_length_batching(source: MapSource, spec: TaskSpec | None, batching: st
         return
     for name, part in source.parts():
         where = what if name is None else f"{what}[{name!r}]"
-        if isinstance(part, (ShardedSource, TensorListSource)):
+        if isinstance(part, ShardedSource):
+            key = spec.input_fields[0]
+            import pyarrow as pa
+
+            kind = part.listing.schema.field(key).type if key in part.column_names else None
+            if (kind is not None and not part.holds_text(key)
+                    and not (pa.types.is_list(kind) or pa.types.is_large_list(kind))):
+                raise ValueError(f"batching={batching!r} plans each epoch from every row's length of {key!r}, "
+                                 f"which {where} does not have (column {key!r} is {kind}: no per-row length); use "
+                                 f"batching='plain'")
+            continue
+        if isinstance(part, TensorListSource):
             continue
         if isinstance(part, HFSource):  # its lengths are Arrow offsets: cheap to read now, as the sampler will
             if not needs_tokenizer(row_keys(part), spec, part):
@@ -68,7 +79,12 @@ def check_length_batching(source: MapSource, spec: TaskSpec | None, batching: st
                                      f"{spec.input_fields[0]!r}, which {where} does not have ({error}); use "
                                      f"batching='plain'") from error
             continue
-        if needs_tokenizer(row_keys(part), spec, part):
+        keys, key = row_keys(part), spec.input_fields[0]
+        if keys is not None and key in keys and isinstance(part.first_row()[key], (bytes, bytearray, dict)):
+            raise ValueError(f"batching={batching!r} plans each epoch from every row's length of {key!r}, which "
+                             f"{where} does not have (its rows hold encoded images there: no per-row length); "
+                             f"use batching='plain'")
+        if needs_tokenizer(keys, spec, part):
             raise ValueError(f"batching={batching!r} plans each epoch from every row's token count, but {where} "
                              f"({type(part.dataset).__name__ if hasattr(part, 'dataset') else type(part).__name__}) "
                              f"holds raw text, which the collator tokenizes a batch at a time; give the text as a "

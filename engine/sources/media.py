@@ -40,6 +40,29 @@ def folder_columns(dataset: Any, spec: Any) -> Any:
     return dataset.rename_columns(names)
 
 
+def encoded_images(dataset: Any) -> Any:
+    """``dataset`` whose ``Image`` columns (and lists of them, ``List(Image())``) come back encoded: the struct
+    ``{"bytes", "path"}`` that ``datasets`` stores, not a decoded PIL image. Image-text rows are handed over so,
+    and their images decoded by the collator in the loader's workers (or on the device). A cast of the features'
+    metadata: nothing is rewritten."""
+    import datasets
+
+    def undecoded(feature: Any) -> Any:
+        if isinstance(feature, datasets.Image):
+            return datasets.Image(mode=feature.mode, decode=False) if feature.decode else feature
+        if isinstance(feature, (datasets.List, datasets.LargeList)):
+            inner = undecoded(feature.feature)
+            return feature if inner is feature.feature else type(feature)(inner)
+        return feature
+
+    features = dataset.features or {}
+    casts = {name: undecoded(feature) for name, feature in features.items()}
+    for name, feature in casts.items():
+        if feature is not features[name]:
+            dataset = dataset.cast_column(name, feature)
+    return dataset
+
+
 def media_columns(dataset: Any, fields: list[str]) -> dict[str, Any]:
     """``{column: feature}`` of the ``fields`` that hold decodable images or audio."""
     import datasets

@@ -58,7 +58,14 @@ class MapSource(Dataset):
         rows.rng_seed, rows.role = getattr(indices, "rng_seed", None), self.role
         rows.indices = self.user_indices(positions)  # the user's rows, named if the batch fails to collate
         rows.positions = positions
+        if self.on_error != "raise":  # a row that fails to collate (a corrupt image) is left out too, named
+            rows.on_error, rows.places = self.on_error, self.row_places(positions)
         return rows
+
+    def row_places(self, positions: Sequence[int]) -> list[str] | None:
+        """Where each of ``positions`` lies, as a record of a row left out names it (a shard and a sample's key);
+        None when the row's index says it all."""
+        return None
 
     def row_error(self, positions: list[int], error: Exception) -> Exception:
         """An error naming the first of ``positions`` whose read fails (the batch when none fails alone)."""

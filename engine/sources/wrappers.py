@@ -161,6 +161,14 @@ class TorchSource(MapSource):
     def lengths_from(self) -> str:  # type: ignore[override]
         return f"{type(self._user_dataset).__name__}.lengths()"
 
+    def row_places(self, positions: Sequence[int]) -> list[str] | None:
+        """The dataset's own ``row_places(indices)`` where it defines one (an image's file), else None."""
+        own = getattr(self._user_dataset, "row_places", None)
+        if not callable(own):
+            return None
+        indices = self.positions[list(positions)].tolist() if self.positions is not None else list(positions)
+        return list(own(indices))
+
     @property
     def _user_dataset(self) -> Any:
         """The dataset the user gave (tuple rows are seen through :class:`~engine.sources.kinds.TupleRows`)."""

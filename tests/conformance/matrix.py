@@ -57,7 +57,9 @@ NOT_LM_PACKED = r"batching='packed' \(batching= was given\) concatenates documen
 RAW_TEXT_LENGTHS = (r"batching='{}' plans each epoch from every row's token count, but train_data \(\w+\) holds raw "
                     r"text, which the collator tokenizes a batch at a time")
 IMAGES_NO_LENGTH = (r"batching='{}' plans each epoch from every row's length of 'image', which train_data does not "
-                    r"have \(column 'image' is struct")
+                    r"have \((column 'image' is (struct|binary)|its rows hold encoded images there)")
+IMAGE_KINDS = ("image_folder", "shards_images", "shards_tar", "shards_tar_s3", "image_text_folder")
+"""The kinds that hold images: an image folder, and the image-text sources (images handed over encoded)."""
 BALANCED_MIXTURE = (r"balance='compute' \(balance= was given\) groups packed bins of like cost into steps, but a "
                     r"mixture's steps hold each source at its share")
 """Packing balanced by compute is refused as packing is (the stream, images and raw-text refusals come first), and
@@ -73,9 +75,9 @@ def expectation(kind: str, rows: str, batching: str, loader: str = "workers0") -
             return Refusal(ValueError, STREAM_BATCHING.format(batching))
         if loader == "threads2":
             return Refusal(ValueError, STREAM_THREADS)
-    if kind == "image_folder" and batching == "packed":
+    if kind in IMAGE_KINDS and batching == "packed":
         return Refusal(ValueError, NOT_LM_PACKED)
-    if kind == "image_folder" and batching in ("grouped", "token_budget"):
+    if kind in IMAGE_KINDS and batching in ("grouped", "token_budget"):
         return Refusal(ValueError, IMAGES_NO_LENGTH.format(batching))
     if kind in ("torch", "user_sqlite") and rows == "text" and batching != "plain":
         return Refusal(ValueError, RAW_TEXT_LENGTHS.format(batching))

@@ -225,6 +225,10 @@ KINDS = {kind.name: kind for kind in [
     Kind("shards_parquet", rows=("tokens",)),
     Kind("shards_arrow", rows=("tokens",)),
     Kind("shards_s3", rows=("tokens",)),
+    Kind("shards_images", rows=("images",), own_bad_row=True),
+    Kind("shards_tar", rows=("images",), own_bad_row=True),
+    Kind("shards_tar_s3", rows=("images",), own_bad_row=True),
+    Kind("image_text_folder", rows=("images",), own_bad_row=True),
     Kind("stream", stream=True),
     Kind("mixture"),
     Kind("user_sqlite", own_bad_row=True),
@@ -233,7 +237,8 @@ KINDS = {kind.name: kind for kind in [
 
 
 class Maker:
-    """Builds a kind's data in ``folder``; ``s3`` is a fixture's bucket, asked for only by ``shards_s3``.
+    """Builds a kind's data in ``folder``; ``s3`` is a fixture's bucket, asked for only by ``shards_s3`` and
+    ``shards_tar_s3``.
 
     File-backed data stay where they were first written: ``made(changed=True)`` rewrites the same files (or objects)
     in place with one row changed, as a user's corpus changes under a checkpoint, and ``made()`` writes the known
@@ -349,6 +354,73 @@ class Maker:
         return Shards(self.s3.url(prefix), cache_dir=str(where / "cache"), shuffle_window=16, retry_wait=0.01,
                       storage_options={key: options[key] for key in ("key", "secret", "client_kwargs")})
 
+    def _image_samples(self, changed: bool, bad: bool) -> list[dict[str, Any]]:
+        """Every row as an image-text sample: its PNG (corrupt for the bad row), caption, label and key."""
+        return [{"__key__": f"{doc:03d}", "png": b"\x89PNG\r\n\x1a\n not an image" if bad and doc == BAD_ROW
+                 else png_bytes(image_colour(doc, changed)), "txt": f"picture {doc}", "cls": doc % 2}
+                for doc in range(ROWS)]
+
+    def _write_tars(self, where: Path, changed: bool, bad: bool) -> Path:
+        import webdataset
+
+        folder = where / "tars"
+        folder.mkdir(exist_ok=True)
+        samples = self._image_samples(changed, bad)
+        for number, start in enumerate(range(0, ROWS, 16)):  # 3 tars of 16, 16 and 8 samples
+            with webdataset.TarWriter(str(folder / f"shard-{number:05d}.tar")) as writer:
+                for sample in samples[start:start + 16]:
+                    writer.write(sample)
+        return folder
+
+    def _shards_tar(self, where: Path, changed: bool, bad: bool, write: bool) -> Any:
+        from engine import Shards
+
+        folder = self._write_tars(where, changed, bad) if write else where / "tars"
+        return {"train_data": Shards(str(folder), cache_dir=str(where / "cache"), shuffle_window=16),
+                "collate_fn": DecodedImages()}
+
+    def _shards_tar_s3(self, where: Path, changed: bool, bad: bool, write: bool) -> Any:
+        from engine import Shards
+
+        prefix = f"{where.name}/"
+        if write:
+            self.s3.upload_folder(self._write_tars(where, changed, bad), prefix)
+        options = self.s3.storage_options
+        return {"train_data": Shards(self.s3.url(prefix), cache_dir=str(where / "cache"), shuffle_window=16,
+                                     retry_wait=0.01, storage_options={key: options[key] for key in
+                                                                       ("key", "secret", "client_kwargs")}),
+                "collate_fn": DecodedImages()}
+
+    def _shards_images(self, where: Path, changed: bool, bad: bool, write: bool) -> Any:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from engine import Shards
+
+        folder = where / "corpus"
+        if write:
+            folder.mkdir(exist_ok=True)
+            samples = self._image_samples(changed, bad)
+            table = pa.table({  # the image as datasets writes its Image feature: a {bytes, path} struct
+                "image": pa.array([{"bytes": row["png"], "path": f"{row['__key__']}.png"} for row in samples],
+                                  pa.struct([("bytes", pa.binary()), ("path", pa.string())])),
+                "text": [row["txt"] for row in samples], "label": [row["cls"] for row in samples]})
+            for number, start in enumerate(range(0, ROWS, 16)):  # 3 shards of 16, 16 and 8 rows; row groups of 6
+                pq.write_table(table.slice(start, 16), folder / f"part-{number:03d}.parquet", row_group_size=6)
+        return {"train_data": Shards(str(folder), cache_dir=str(where / "cache"), shuffle_window=16),
+                "collate_fn": DecodedImages()}
+
+    def _image_text_folder(self, where: Path, changed: bool, bad: bool, write: bool) -> Any:
+        from engine.datasets import ImageTextFolder
+
+        for sample in self._image_samples(changed, bad) if write else ():
+            (where / f"{sample['__key__']}.png").write_bytes(sample["png"])
+            (where / f"{sample['__key__']}.txt").write_text(sample["txt"])
+        if write:
+            (where / "metadata.jsonl").write_text("".join(
+                json.dumps({"file_name": f"{doc:03d}.png", "label": doc % 2}) + "\n" for doc in range(ROWS)))
+        return {"train_data": ImageTextFolder(where), "collate_fn": DecodedImages()}
+
     def _stream(self, where: Path, changed: bool, bad: bool, write: bool) -> Any:
         import datasets
 
@@ -369,6 +441,36 @@ class Maker:
             path.unlink(missing_ok=True)
             write_sqlite(path, self.records(changed))
         return SQLiteRows(path, fail_on=BAD_ROW if bad else None)
+
+
+def png_bytes(colour: tuple[int, int, int]) -> bytes:
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (6, 4), colour).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+class DecodedImages:
+    """The image-text kinds' collator: each row's image, encoded (bytes, or the ``{bytes, path}`` struct) or
+    already a uint8 CHW tensor (a transform decoded it), decoded where it is collated, stacked uint8; and the
+    labels. A corrupt image raises here, in the loader's worker, where ``on_error`` leaves its row out."""
+
+    def __call__(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"image": torch.stack([decoded_image(row["image"]) for row in rows]),
+                "label": torch.tensor([int(row["label"]) for row in rows])}
+
+
+def decoded_image(image: Any) -> torch.Tensor:
+    """A uint8 CHW tensor of an encoded image (bytes or a ``{bytes, path}`` struct), or ``image`` if it is one."""
+    from torchvision.io import ImageReadMode, decode_image
+
+    if isinstance(image, torch.Tensor):
+        return image
+    data = image["bytes"] if isinstance(image, dict) else image
+    return decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB)
 
 
 # ----------------------------------------------------------------------------------------------------------------

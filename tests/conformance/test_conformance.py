@@ -34,6 +34,7 @@ from tests.conformance.sources import (
     Rows,
     SQLiteRows,
     batch_rows,
+    decoded_image,
     served_rows,
     text_row,
     token_row,
@@ -49,14 +50,15 @@ EPOCHS = 2
 def maker(request, tmp_path):
     """``maker(kind, rows)``: a :class:`Maker` writing into this test's folder (and its S3 bucket, when asked)."""
     def make(kind: str, rows: str) -> Maker:
-        bucket = request.getfixturevalue("s3_bucket") if kind == "shards_s3" else None
+        bucket = request.getfixturevalue("s3_bucket") if kind in ("shards_s3", "shards_tar_s3") else None
         return Maker(kind, Rows(rows), tmp_path, bucket)
     return make
 
 
 def module(made: dict[str, Any], rows: Rows, *, batching: str = "plain", loader: str = "workers0",
            **options: Any) -> UniversalDataModule:
-    settings = {"task_spec": rows.spec, "batch_size": 4, "seed": 7, **rows.module_options(), **BATCHING[batching],
+    own = rows.module_options() if "collate_fn" not in made else {}  # an image-text kind's collator keeps uint8
+    settings = {"task_spec": rows.spec, "batch_size": 4, "seed": 7, **own, **BATCHING[batching],
                 **LOADERS[loader], **options}
     return UniversalDataModule(**made, **settings)
 
@@ -325,8 +327,8 @@ class AppendToken:
     epoch, a function of (seed, epoch, index)."""
 
     def __call__(self, row: dict[str, Any], *, generator: torch.Generator) -> dict[str, Any]:
-        if "image" in row:
-            image = torch.as_tensor(row["image"]).clone()
+        if "image" in row:  # an encoded image (an image-text source's) is decoded first
+            image = decoded_image(row["image"]).clone()
             image[2] = int(torch.randint(8, 250, (), generator=generator))
             return {**row, "image": image}
         if "input_ids" not in row:  # raw text the collator tokenizes (a torch Dataset's, a user source's)

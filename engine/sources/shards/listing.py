@@ -20,12 +20,13 @@ from typing import Any
 import numpy as np
 
 from engine.core.checks import check_int
-from engine.sources.shards import ipc_index
+from engine.sources.shards import ipc_index, tars
 from engine.sources.shards.filesystems import filesystem, keep_models
 from engine.sources.shards.object_stores import ArrowStore
 
-SHARD_SUFFIXES = {".parquet": "parquet", ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow"}
-"""The file kinds a shard may be, by suffix: Parquet, or Arrow IPC (the file or the stream format)."""
+SHARD_SUFFIXES = {".parquet": "parquet", ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow", ".tar": "tar"}
+"""The file kinds a shard may be, by suffix: Parquet, Arrow IPC (the file or the stream format), or a WebDataset
+tar (:mod:`engine.sources.shards.tars`)."""
 
 URL_SCHEMES = ("s3://", "gs://", "gcs://", "az://", "abfs://", "abfss://", "hf://", "file://", "memory://",
                "http://", "https://")
@@ -42,10 +43,15 @@ def is_shard_data(value: Any) -> bool:
     return isinstance(value, Shards) or is_url(value)
 
 
+TAR_INDEXES: OrderedDict[tuple[str, str], tars.TarIndex] = OrderedDict()
+"""``{(path, version): tar index}`` of the last :data:`KEPT_FOOTERS` tars this process indexed: listing a tar again
+(another data module over the same corpus) reads none of its headers again."""
+
+
 @dataclass(frozen=True)
 class Shards:
-    """A sharded corpus to stream: a folder or prefix, a glob, or a list of Parquet / Arrow IPC files, local or in
-    object storage, read a row group at a time through a local cache.
+    """A sharded corpus to stream: a folder or prefix, a glob, or a list of Parquet / Arrow IPC files or WebDataset
+    tars, local or in object storage, read a row group at a time through a local cache.
 
     Args:
         urls: A local path or a URL (``s3://bucket/corpus/``, ``gs://...``, ``az://...``, ``hf://...``), a glob
@@ -125,6 +131,11 @@ class ShardListing:
     batch_offsets: dict[int, list[int]] = field(default_factory=dict, repr=False)
     """``{shard: offset of each record batch}`` of the Arrow IPC shards in the stream format (which has no footer to
     find a batch by), so a row group is read from its offset, not from the stream's start."""
+    tar_indexes: dict[int, tars.TarIndex] = field(default_factory=dict, repr=False)
+    """``{shard: where each sample's members lie}`` of WebDataset tar shards (:mod:`engine.sources.shards.tars`)."""
+    damaged: dict[int, str] = field(default_factory=dict, repr=False)
+    """``{corpus row: why it cannot be read}``: tar samples with a member cut short, refused when a batch reads them
+    (named, or left out with ``on_error='skip'``)."""
 
     @property
     def num_rows(self) -> int:
@@ -217,7 +228,8 @@ def _expand(system: Any, paths: list[str], urls: list[str]) -> list[str]:
                          f"or two globs that match it): its rows would be read twice; name each file once")
     kinds = {_kind(path) for path in found}
     if len(kinds) > 1:
-        raise ValueError(f"Shards should be of one kind, but got both Parquet and Arrow files (e.g. {found[0]!r} "
+        raise ValueError(f"Shards should be of one kind, but got {' and '.join(sorted(kinds))} files (e.g. "
+                         f"{found[0]!r} "
                          f"and {next(p for p in found if _kind(p) != _kind(found[0]))!r}); keep one kind")
     return found
 
@@ -229,16 +241,26 @@ workers forked from it read their row groups without reading those footers again
 KEPT_FOOTERS = 64
 
 
-def _read_footer(system: Any, path: str, kind: str) -> tuple[list[int], Any, int, str, list[int] | None]:
+def _read_footer(system: Any, path: str, kind: str, url: str = "") -> tuple[list[int], Any, int, str, Any]:
     """``(row counts of the row groups, schema, size, version, record batch offsets)`` of one shard, reading its
     footer only (an Arrow IPC file's footer and batches' metadata; a stream's messages' metadata, whose record
-    batches' offsets are returned; None for other shards)."""
+    batches' offsets are returned; None for other shards). A tar's headers are read instead (its data skipped), and
+    its :class:`~engine.sources.shards.tars.TarIndex` is returned in place of the offsets."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     with system.open(path, "rb") as handle:
         info = opened_info(system, path, handle)
         size, version = int(info.get("size") or 0), file_version(info, handle)
+        if kind == "tar":
+            index = TAR_INDEXES.get((path, version))
+            if index is None:
+                handle.seek(0)
+                index = tars.index_tar(handle, size, url or path)
+                TAR_INDEXES[(path, version)] = index
+                while len(TAR_INDEXES) > KEPT_FOOTERS:
+                    TAR_INDEXES.popitem(last=False)
+            return index.group_rows(), tars.tar_schema([index]), size, version, index
         if kind == "parquet":
             metadata = pq.ParquetFile(handle).metadata
             FOOTERS[(path, version)] = metadata
@@ -341,7 +363,7 @@ def list_shards(shards: Shards) -> ShardListing:
 
         url = path if protocol == "file" or "://" in path else f"{protocol}://{path}"
         try:
-            return _read_footer(system, path, kind)
+            return _read_footer(system, path, kind, url)
         except FileNotFoundError as error:
             raise FileNotFoundError(f"shard {url!r} was listed but could not be opened ({error}); the corpus "
                                     f"changed while it was listed: list it again") from error
@@ -362,14 +384,18 @@ def list_shards(shards: Shards) -> ShardListing:
     with ThreadPoolExecutor(max_workers=min(16, len(files))) as pool:
         footers = list(pool.map(lambda item: footer(*item), zip(files, kinds)))
     keep_models(system)
-    schema = footers[0][1]
-    for path, (_, other, _, _, _) in zip(files, footers):
+    indexes = {shard: footer[4] for shard, footer in enumerate(footers) if kinds[shard] == "tar"}
+    schema = tars.tar_schema(list(indexes.values())) if indexes else footers[0][1]
+    for path, (_, other, _, _, _) in zip(files, footers if not indexes else []):  # tars: their columns' union
         if not other.equals(schema):
             raise ValueError(f"every shard should have the columns of the first ({files[0]!r}: "
                              f"{', '.join(f'{f.name}: {f.type}' for f in schema)}), but {path!r} has "
                              f"{', '.join(f'{f.name}: {f.type}' for f in other)}; write the shards with one schema")
-    group_shard, group_index, counts = [], [], []
+    group_shard, group_index, counts, damaged = [], [], [], {}
     for shard, (rows, _, _, _, _) in enumerate(footers):
+        if shard in indexes:
+            first = sum(counts)
+            damaged.update({first + row: why for row, why in indexes[shard].damaged.items()})
         for index, count in enumerate(rows):
             if count:
                 group_shard.append(shard)
@@ -382,4 +408,6 @@ def list_shards(shards: Shards) -> ShardListing:
         sizes=[footer[2] for footer in footers], group_shard=np.asarray(group_shard, dtype=np.int32),
         group_index=np.asarray(group_index, dtype=np.int32),
         group_start=np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]), schema=schema, protocol=protocol,
-        batch_offsets={shard: footer[4] for shard, footer in enumerate(footers) if footer[4] is not None})
+        batch_offsets={shard: footer[4] for shard, footer in enumerate(footers)
+                       if footer[4] is not None and shard not in indexes},
+        tar_indexes=indexes, damaged=damaged)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.sources.shards import decode as shard_decode
+from engine.sources.shards import tars
 from engine.sources.shards.filesystems import filesystem
 from engine.sources.shards.listing import (
     FOOTERS,
@@ -201,6 +202,10 @@ class RowGroupReader:
             if self.listing.kinds[shard] == "parquet":
                 stored = self._with_retries(group, lambda: self._row_group_bytes(shard, index))
                 fetched = len(stored.data)
+            elif self.listing.kinds[shard] == "tar":
+                data, stored = self._with_retries(group, lambda: self._tar_group(shard, index))
+                fetched = len(data)
+                del data
             else:
                 stored = self._with_retries(group, lambda: self._read(shard, index, None))
                 fetched = stored.nbytes
@@ -290,6 +295,21 @@ class RowGroupReader:
             raise EOFError(f"read {len(data)} of the {end - start} bytes of row group {index} of {path!r}")
         return shard_decode.StoredRowGroup(metadata, start, data, int(self.listing.sizes[shard]),
                                            lambda first, last: self.system.cat_file(path, start=first, end=last))
+
+    def _tar_group(self, shard: int, index: int) -> tuple[bytes, Any]:
+        """``(bytes read, table)`` of row group ``index`` of tar shard ``shard``: one ranged read of its samples'
+        members (after checking the shard is the one listed), cut into the columns of
+        :func:`~engine.sources.shards.tars.group_table`."""
+        tar = self.listing.tar_indexes[shard]
+        start, end = tar.byte_range(index)
+        end = min(end, int(self.listing.sizes[shard]))  # a member cut short by the tar's end: read what is there
+        with self._opened(shard, cache_type="none") as handle:
+            handle.seek(start)
+            data = handle.read(end - start) if end > start else b""
+        if len(data) != end - start:  # a body cut short: transient, retried
+            raise EOFError(f"read {len(data)} of the {end - start} bytes of row group {index} of "
+                           f"{self.listing.url(shard)!r}")
+        return data, tars.group_table(tar, index, data, start, self.listing.schema, self.listing.url(shard))
 
     def lengths(self, group: int, column: str) -> Any:
         """The list lengths of ``column`` in row group ``group`` (read as :meth:`column` reads it)."""

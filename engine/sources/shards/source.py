@@ -24,6 +24,7 @@ import numpy as np
 from collators.columns import RaggedColumn
 from engine.sources.protocol import EpochBlocks
 from engine.sources.rows import ColumnarSource, empty_rows_error
+from engine.sources.shards import tars
 from engine.sources.shards.decode import save_array
 from engine.sources.shards.listing import ShardListing, Shards, list_shards
 from engine.sources.shards.reader import RowGroupReader
@@ -245,6 +246,10 @@ class ShardedSource(ColumnarSource):
         return table.take(pa.array(np.argsort(order, kind="stable")))
 
     def _fetch(self, positions: list[int]) -> list[dict[str, Any]]:
+        if self.listing.damaged:  # tar samples with a member cut short: refused, named (or left out, on_error)
+            for row in self.corpus_rows(positions).tolist():
+                if row in self.listing.damaged:
+                    raise OSError(self.listing.damaged[row])
         rows = self._table(positions).to_pylist()
         if self.windows is not None:
             for name in self.windows.per_token:
@@ -253,6 +258,21 @@ class ShardedSource(ColumnarSource):
         if self.token_key is not None and self.token_key in self.listing.schema.names:  # raw text: no token column
             self._check_tokens(positions, [len(row.get(self.token_key) or ()) for row in rows])
         return rows
+
+    def row_places(self, positions: Sequence[int]) -> list[str]:
+        """Each row's shard and, in a tar, its sample's key (else its row within the shard): what a record of a row
+        left out names."""
+        rows = self.corpus_rows(positions)
+        groups = self.group_of(rows)
+        places = []
+        for row, group in zip(rows.tolist(), groups.tolist()):
+            shard, index = int(self.listing.group_shard[group]), int(self.listing.group_index[group])
+            local = row - int(self.listing.group_start[group])
+            tar = self.listing.tar_indexes.get(shard)
+            where = (f"key {tar.keys[index * tars.TAR_GROUP_ROWS + local]!r}" if tar is not None
+                     else f"row {local} of row group {index}")
+            places.append(f"shard {self.listing.url(shard)!r} {where}")
+        return places
 
     def _cut(self, values: list[Any], positions: Sequence[int]) -> list[Any]:
         """Each of ``values`` (a per-token column's lists) cut to its window."""

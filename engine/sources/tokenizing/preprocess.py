@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.sources.inputs import needs_tokenizer, row_keys, text_fields, token_field
-from engine.sources.media import media_columns, with_media_decoded
+from engine.sources.media import encoded_images, media_columns, with_media_decoded
 from engine.sources.rows import MapSource
 from engine.sources.shards.source import ShardedSource
 from engine.sources.shards.text import TextTokens
@@ -110,7 +110,9 @@ def prepare_source(source: MapSource, spec: TaskSpec | None, tokenizer: Any, cac
         return source
     if has_raw_text(source, spec):
         source = HFSource(tokenize_cached(source.dataset, spec, tokenizer, cache))
-    if spec.modality in ("vision", "audio", "multimodal"):
+    if spec.modality == "multimodal":  # images stay encoded: the collator decodes them, in the workers
+        return HFSource(tensor_columns(encoded_images(source.dataset), spec))
+    if spec.modality in ("vision", "audio"):
         return HFSource(tensor_columns(source.dataset, spec))
     return source
 

@@ -183,18 +183,35 @@ def test_resuming_after_a_skip_gives_the_uninterrupted_batches_and_count(workers
     assert len(resumed.skipped) == reference.skipped.count - first.skipped.count
 
 
-def test_raise_is_the_default_and_names_the_row_and_collation_errors_still_raise_when_skipping():
+class MixedDtypes(Rows):
+    """Row 6 holds float token ids, which the collator refuses (as it refuses a corrupt image it decodes)."""
+
+    def __getitem__(self, index):
+        row = super().__getitem__(index)
+        return {**row, "input_ids": row["input_ids"].float()} if index == 6 else row
+
+
+def test_raise_is_the_default_and_names_the_row_and_a_row_that_fails_to_collate_is_left_out_when_skipping():
     with pytest.raises(OSError, match=r"reading row (3|13|17) of the train data failed; fix or remove that row"):
         passes(module(Rows(), val_split=0), epochs=1)
     assert "skipped_rows" not in module(Rows(bad=()), val_split=0).state_dict()
-
-    class MixedDtypes(Rows):
-        def __getitem__(self, index):
-            row = super().__getitem__(index)
-            return {**row, "input_ids": row["input_ids"].float()} if index == 6 else row
-
     with pytest.raises(TypeError, match=r"collating the batch of rows .* of the train data failed"):
-        passes(module(MixedDtypes(bad=()), val_split=0, on_error="skip"), epochs=1)
+        passes(module(MixedDtypes(bad=()), val_split=0), epochs=1)
+    dm = module(MixedDtypes(bad=()), val_split=0, on_error="skip")
+    (train,), _ = passes(dm, epochs=1)
+    assert sorted(row for batch in train for row, _ in batch) == [row for row in range(20) if row != 6]
+    assert [(record.index, record.split) for record in dm.skipped.records] == [(6, "train")]
+
+
+def test_a_batch_that_fails_to_collate_with_no_row_at_fault_still_raises_when_skipping():
+    def refuses_batches(rows):  # every row collates alone; no batch of two or more does
+        if len(rows) > 1:
+            raise ValueError("rows of unequal shapes")
+        return {"row_id": torch.tensor([row["row_id"] for row in rows])}
+
+    with pytest.raises(ValueError, match=r"collating the batch of rows .* of the train data failed \(ValueError: "
+                                         r"rows of unequal shapes\)"):
+        passes(module(Rows(bad=()), val_split=0, on_error="skip", collate_fn=refuses_batches), epochs=1)
 
 
 @pytest.mark.parametrize(("options", "error", "match"), [

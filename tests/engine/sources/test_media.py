@@ -1,6 +1,7 @@
 """engine/sources/media.py: Hugging Face Image and Audio columns decoded to tensors, checked against independent
 readers (datasets' own torch format, PIL, Python's wave module, torchaudio's resample) on files the tests write."""
 
+import io
 import wave
 from pathlib import Path
 
@@ -164,3 +165,33 @@ def test_an_image_target_keeps_its_values_while_the_input_is_read_as_colours(tmp
     row = dm.datasets["train"][0]
     assert row["pixel_values"][:, 0, 0].tolist() == [204, 0, 51]
     assert torch.equal(row["labels"], torch.eye(4, dtype=torch.uint8)[None])
+
+
+class SeenRows:
+    """A collator that reports what each row holds: its fields and the type of each image."""
+
+    def __call__(self, rows):
+        return {"fields": [sorted(row) for row in rows], "image": [row["image"] for row in rows],
+                "images": [row["images"] for row in rows]}
+
+
+def test_a_multimodal_spec_gets_image_columns_encoded_for_the_collator_to_decode():
+    from demo.sample_data import build_tokenizer
+
+    def encoded(doc):
+        buffer = io.BytesIO()
+        Image.new("RGB", (5, 3), (doc, 0, 0)).save(buffer, format="PNG")
+        return {"bytes": buffer.getvalue(), "path": None}
+
+    data = datasets.Dataset.from_dict(
+        {"image": [encoded(doc) for doc in range(8)], "images": [[encoded(doc), encoded(doc + 1)] for doc in range(8)],
+         "text": [f"picture {doc}" for doc in range(8)]},
+        features=datasets.Features({"image": datasets.Image(), "images": datasets.List(datasets.Image()),
+                                    "text": datasets.Value("string")}))
+    spec = TaskSpec(name="captions", task_type="causal_lm", modality="multimodal", model_family="llava",
+                    input_fields=("image", "input_ids"), loss_type="cross_entropy")
+    dm = UniversalDataModule(data, task_spec=spec, tokenizer=build_tokenizer(), batch_size=4, val_split=0, seed=0,
+                             shuffle=False, collate_fn=SeenRows())
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["fields"][0] == ["attention_mask", "image", "images", "input_ids"]
+    assert batch["image"][1] == encoded(1) and batch["images"][1] == [encoded(1), encoded(2)]
