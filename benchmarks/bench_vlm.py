@@ -96,29 +96,6 @@ def write_layouts(pairs: list[tuple[str, bytes, str]], folder: Path) -> tuple[Pa
     return tars, parquet
 
 
-class ImageTextBatch:
-    """Our collator: the batch's encoded images decoded (``torchvision.io.decode_jpeg``), resized as uint8, stacked
-    and normalized by ``VisionCollator``; the captions padded by the tokenizer."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        from collators.vision import VisionCollator
-
-        self.tokenizer = tokenizer
-        self.stack = VisionCollator(mean=CLIP_MEAN, std=CLIP_STD, target_field=None)
-
-    def __call__(self, rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        from torchvision.io import ImageReadMode, decode_jpeg
-        from torchvision.transforms.v2.functional import resize
-
-        encoded = [torch.frombuffer(bytearray(row["image"]["bytes"] if isinstance(row["image"], dict)
-                                              else row["image"]), dtype=torch.uint8) for row in rows]
-        images = decode_jpeg(encoded, mode=ImageReadMode.RGB)
-        pixels = self.stack([{"pixel_values": resize(image, [SIZE, SIZE], antialias=True)} for image in images])
-        text = self.tokenizer([row["text"] for row in rows], padding=True, return_tensors="pt")
-        return {"pixel_values": pixels["pixel_values"], "input_ids": text["input_ids"],
-                "attention_mask": text["attention_mask"]}
-
-
 class PilBatch:
     """WebDataset's side: ``(pixel tensor, caption)`` pairs made per sample by torchvision's PIL transforms,
     stacked, and the captions padded by the tokenizer."""
@@ -135,7 +112,8 @@ class PilBatch:
 def pil_transform() -> Callable[[Any], torch.Tensor]:
     from torchvision import transforms
 
-    return transforms.Compose([transforms.Resize((SIZE, SIZE)), transforms.ToTensor(),
+    return transforms.Compose([transforms.Resize((SIZE, SIZE), interpolation=transforms.InterpolationMode.BICUBIC),
+                               transforms.ToTensor(),
                                transforms.Normalize(CLIP_MEAN, CLIP_STD)])
 
 
@@ -222,7 +200,12 @@ def run(quick: bool) -> list[dict[str, Any]]:
     from tokenizers import pre_tokenizers
 
     from engine import Shards, UniversalDataModule
+    from task_spec import TaskSpec
     from tests.object_store import S3Server
+
+    spec = TaskSpec(name="image_text_pairs", task_type="classification", modality="multimodal",
+                    loss_type="contrastive", input_fields=("input_ids",), target_field=None,
+                    additional_config={"image_size": SIZE}, preprocessing_config={"normalization": "clip"})
 
     count = 128 if quick else 1024
     tok = tokenizer()
@@ -244,9 +227,8 @@ def run(quick: bool) -> list[dict[str, Any]]:
                     cache = folder / "cache"
                     shutil.rmtree(cache, ignore_errors=True)
                     data = Shards(url, storage_options=storage, cache_dir=str(cache), shuffle_window=256)
-                    dm = UniversalDataModule(data, batch_size=BATCH, val_split=0, shuffle=False,
-                                             num_workers=WORKERS, multiprocessing_context="fork",
-                                             collate_fn=ImageTextBatch(tok))
+                    dm = UniversalDataModule(data, task_spec=spec, tokenizer=tok, batch_size=BATCH, val_split=0,
+                                             shuffle=False, num_workers=WORKERS, multiprocessing_context="fork")
                     return dm.train_dataloader()
                 return build
 
@@ -290,7 +272,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
                     anchor_s=theirs_s, ours_s=ours_s, target="ahead (ratio > 1)", minimum=1.0,
                     throughput=f"{count / ours_s:.0f} vs {count / theirs_s:.0f} pairs/s",
                     note=f"worker USS peak: ours {ours_mem / 2**20:.0f} MiB, anchor {theirs_mem / 2**20:.0f} MiB; "
-                         f"ours: Shards + VisionCollator + tokenizer (decode_jpeg)"))
+                         f"ours: Shards + the vision_language collator (ImageTextCollator)"))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return rows

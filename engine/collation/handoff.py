@@ -37,9 +37,39 @@ class WorkerCollate(SeededCollate):
         batch = super().__call__(rows)
         if get_worker_info() is None:
             return batch
-        if type(batch) is WithSkippedRows:
-            return batch.with_batch(hand_off(batch.batch))
-        return hand_off(batch)
+        handed = batch.with_batch(hand_off(batch.batch)) if type(batch) is WithSkippedRows else hand_off(batch)
+        del batch
+        release_free_heap()
+        return handed
+
+
+def release_free_heap() -> None:
+    """Give the C heap's free pages back to the OS (glibc's ``malloc_trim(0)``), in a worker after each batch.
+
+    A batch's decoded images, resized copies and float pixels are allocated and freed by torch and the image
+    decoders through the C allocator; glibc keeps freed blocks in the heap for reuse, and with blocks of many sizes
+    the heap grows a batch's worth at a time without shrinking (a worker of image-text batches held over 200 MiB of
+    free heap after 16 batches). Trimming keeps a worker's private memory at what one batch needs, for a few page
+    faults per batch. Where the C library has no ``malloc_trim`` (musl, macOS), its allocator returns memory its
+    own way and nothing is done."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+_TRIM: list[Any] = []
+"""The C library's ``malloc_trim`` (or None where it has none), looked up once per process."""
+
+
+def _malloc_trim() -> Any:
+    if not _TRIM:
+        import ctypes
+
+        try:
+            _TRIM.append(getattr(ctypes.CDLL(None), "malloc_trim", None))
+        except OSError:  # no C library to load (Windows): nothing to trim
+            _TRIM.append(None)
+    return _TRIM[0]
 
 
 INLINE_BYTES = 960 << 10

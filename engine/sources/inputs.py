@@ -104,7 +104,7 @@ def check_inputs(
     if spec is None:
         return
     keys = row_keys(source)
-    supervised = spec.is_supervised and require_target
+    supervised = spec.is_supervised and require_target and spec.target_field is not None  # None: contrastive pairs
     if keys is None:
         if supervised:
             raise ValueError(
