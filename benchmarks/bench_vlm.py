@@ -12,21 +12,24 @@ Method
   normalized with CLIP's mean and std) and the captions' ``input_ids`` / ``attention_mask`` padded to the batch's
   longest (the benchmark's local WordLevel tokenizer).
 * Loaders, each reading every pair once, in order (no shuffle), ``WORKERS`` loader worker processes (fork):
-  - ours: ``UniversalDataModule(Shards(tars or Parquet))``; its collator (:class:`ImageTextBatch`) decodes the
-    batch's JPEGs with ``torchvision.io.decode_jpeg``, resizes them as uint8 and stacks and normalizes them with
-    the project's ``VisionCollator``, and pads the captions with the tokenizer. (The multimodal collator of
-    ``collators/`` is not used: this is the vision collator plus a tokenizer.)
+  - ours: ``UniversalDataModule(Shards(tars or Parquet), task_spec=<contrastive image-text pairs>, tokenizer=...)``:
+    a ``modality="multimodal"`` spec (``loss_type="contrastive"``, no target, ``image_size`` 224, CLIP
+    normalization) whose built-in ``vision_language`` collator (:class:`collators.multimodal.ImageTextCollator`)
+    tokenizes each caption, pads the batch's ids, decodes the JPEGs with ``torchvision.io.decode_image``, resizes
+    them to 224 x 224 (bicubic, antialiased, as uint8) and stacks and normalizes them;
   - WebDataset: ``webdataset.WebDataset(urls).decode("pil").to_tuple("jpg", "txt")`` with torchvision's
-    ``Resize``/``ToTensor``/``Normalize`` per pair and torch's ``DataLoader`` (the S3 tars through plain HTTP GETs
-    by ``curl`` from presigned URLs, webdataset's own way for an ``http://`` URL);
+    ``Resize`` (bicubic, as CLIP's and ours) / ``ToTensor`` / ``Normalize`` per pair, the captions padded by the
+    tokenizer, and torch's ``DataLoader`` (the S3 tars through plain HTTP GETs by ``curl`` from presigned URLs,
+    webdataset's own way for an ``http://`` URL);
   - HF: ``datasets`` (``Dataset.from_parquet`` on disk, ``load_dataset("parquet", streaming=True)`` from S3) with
     its ``Image`` column decoded to PIL, and a ``transformers`` ``CLIPProcessor`` (``CLIPImageProcessor`` resizing
     to 224 x 224, no crop, and the same tokenizer) in the ``DataLoader``'s ``collate_fn``.
 * Measures: pairs per second over one whole pass, from building the dataset to the last batch (ours lists the
   shards and fills its cache in that time, and its cache starts empty on every pass), after one untimed pass of
   each loader (imports, the page cache); the loader workers' peak private memory (psutil USS, the largest worker,
-  sampled every 0.1 s). Every pass is checked: every pair's caption served exactly once, and ``pixel_values`` of
-  the right shape. 1024 pairs (``--quick``: 128).
+  sampled every 0.1 s; ours trims its C heap after each batch, see ``engine.collation.handoff``). Every pass is
+  checked: every pair's caption served exactly once, and ``pixel_values`` of the right shape. 1024 pairs
+  (``--quick``: 128).
 
 Results: ``python -m benchmarks --only vlm --out benchmarks/results/vlm``.
 """

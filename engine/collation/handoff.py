@@ -37,14 +37,18 @@ class WorkerCollate(SeededCollate):
         batch = super().__call__(rows)
         if get_worker_info() is None:
             return batch
-        handed = batch.with_batch(hand_off(batch.batch)) if type(batch) is WithSkippedRows else hand_off(batch)
-        del batch
-        release_free_heap()
+        inner = batch.batch if type(batch) is WithSkippedRows else batch
+        large = _tensor_bytes(inner) > INLINE_BYTES
+        handed = batch.with_batch(hand_off(inner)) if type(batch) is WithSkippedRows else hand_off(inner)
+        del batch, inner
+        if large:  # a small batch leaves little free heap, and a trim costs up to a few ms
+            release_free_heap()
         return handed
 
 
 def release_free_heap() -> None:
-    """Give the C heap's free pages back to the OS (glibc's ``malloc_trim(0)``), in a worker after each batch.
+    """Give the C heap's free pages back to the OS (glibc's ``malloc_trim(0)``), in a worker after each batch of
+    more than :data:`INLINE_BYTES`.
 
     A batch's decoded images, resized copies and float pixels are allocated and freed by torch and the image
     decoders through the C allocator; glibc keeps freed blocks in the heap for reuse, and with blocks of many sizes
@@ -153,6 +157,12 @@ def one_buffer(batch: Any) -> Any:
     views = [_view(base, offset, tensor.dtype, tensor.shape, tensor.stride()).copy_(tensor)
              for offset, tensor in zip(offsets, tensors)]
     return dict(zip(batch, views)) if type(batch) is dict else type(batch)(views)
+
+
+def _tensor_bytes(batch: Any) -> int:
+    """Bytes of the tensors of a dict, list or tuple batch (its top level)."""
+    values = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ()
+    return sum(value.nbytes for value in values if isinstance(value, torch.Tensor))
 
 
 def _plain_tensors(batch: Any) -> list[torch.Tensor] | None:

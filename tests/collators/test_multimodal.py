@@ -297,3 +297,31 @@ def test_the_data_module_decodes_before_the_transfer():
         assert (ENCODED_KEY in batch) == (device is not None)
         batches[device] = dm.on_before_batch_transfer(batch, 0)
     assert torch.equal(batches["cpu"]["pixel_values"], batches[None]["pixel_values"])
+
+
+def test_the_data_module_serves_contrastive_pairs_without_labels():
+    """A contrastive image-text spec with no target field: the module takes rows without labels, and its workers
+    (batches of more than 960 KiB, handed over and followed by a heap trim) give the batches the collator gives."""
+    from torch.utils.data import Dataset
+
+    from engine import UniversalDataModule
+
+    class Pairs(Dataset):
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, index):
+            return {"input_ids": [5 + index] * (1 + index % 3), "image": encoded(30 + index, 40, index)}
+
+    spec = TaskSpec(name="pairs", task_type="classification", modality="multimodal", loss_type="contrastive",
+                    input_fields=("input_ids",), target_field=None, special_tokens={"pad_token_id": 0},
+                    additional_config={"image_size": 224}, preprocessing_config={"normalization": "clip"})
+    expected = CollatorRegistry.get_instance().get_collator(spec)([Pairs()[index] for index in range(4)])
+    dm = UniversalDataModule(Pairs(), task_spec=spec, batch_size=4, val_split=0, shuffle=False, num_workers=2,
+                             multiprocessing_context="fork")
+    batches = list(dm.train_dataloader())
+    assert len(batches) == 2 and sorted(batches[0]) == ["attention_mask", "input_ids", "pixel_values"]
+    assert batches[0]["pixel_values"].nbytes > 960 << 10
+    for key in ("input_ids", "attention_mask", "pixel_values"):
+        assert torch.equal(batches[0][key], expected[key])
+    assert [row[0] for batch in batches for row in batch["input_ids"].tolist()] == [5, 6, 7, 8, 9, 10, 11, 12]
