@@ -210,9 +210,10 @@ def rank_env(peer: str, world: int) -> dict[str, str]:
     return {}
 
 
-def make_loader(peer: str, endpoint: str, cache: Path, world: int = 1, shuffle: bool = False):
+def make_loader(peer: str, endpoint: str, cache: Path, world: int = 1, shuffle: bool = False, resumed_from: int = 1):
     """A fresh dataset + loader of ``peer`` (rank 0 of ``world``), reading from the local S3, in storage order or
-    (``shuffle``) in the reader's own shuffled order with its default shuffle options."""
+    (``shuffle``) in the reader's own shuffled order with its default shuffle options. ``resumed_from``: the world
+    size of the state it will load (ours keeps the global batch across world sizes, so its batch grows)."""
     if peer == "litdata":
         import litdata
         from litdata.streaming import downloader
@@ -246,7 +247,7 @@ def make_loader(peer: str, endpoint: str, cache: Path, world: int = 1, shuffle: 
             ds = split_dataset_by_node(ds, rank=0, world_size=world)
         return StatefulDataLoader(ds, batch_size=BATCH, num_workers=WORKERS, collate_fn=collate)
     if peer == "ours":
-        return ours(endpoint, cache, world, shuffle)
+        return ours(endpoint, cache, world, shuffle, batch=BATCH * resumed_from // world)
     raise ValueError(peer)
 
 
@@ -445,7 +446,8 @@ def ranks_2_to_1(peer: str, endpoint: str, caches: Path, args) -> str:
             dist.destroy_process_group()
     try:
         with env(**rank_env(peer, 1)):
-            loader = make_loader(peer, endpoint, cache_dir(peer, caches, "w1"), world=1, shuffle=args.shuffle)
+            loader = make_loader(peer, endpoint, cache_dir(peer, caches, "w1"), world=1, shuffle=args.shuffle,
+                                 resumed_from=2)
             loader.load_state_dict(state)
             it, batch = _first(loader)
             ids = _ids(batch)
@@ -459,7 +461,7 @@ def ranks_2_to_1(peer: str, endpoint: str, caches: Path, args) -> str:
 
 
 # ------------------------------------------------------------------------------------- the project's slot
-def ours(endpoint: str, cache: Path, world: int = 1, shuffle: bool = False):
+def ours(endpoint: str, cache: Path, world: int = 1, shuffle: bool = False, batch: int = BATCH):
     """The project's own sharded source (``engine.Shards``) in a plain loop (``DataLoaderFactory`` with the
     registry's text collator, as docs/quickstart.md's plain loop builds it; no Lightning), over the same Parquet
     shards, measured by ``run_peer`` exactly as the peers are. It runs in the project's .venv (``--ours-python``),
@@ -467,7 +469,9 @@ def ours(endpoint: str, cache: Path, world: int = 1, shuffle: bool = False):
 
     The batch size, workers and S3 options are the peers'; the spec keeps rows up to 512 tokens (the corpus's
     longest), as the peers' collate does; the order is storage order, or with ``shuffle`` the source's own (row
-    groups in a seeded order, rows shuffled within its window); rank 0 of ``world`` reads its share."""
+    groups in a seeded order, rows shuffled within its window); rank 0 of ``world`` reads its share. A state saved at
+    another world size resumes with the same global batch (``batch``: 64 rows at 1 rank for 2 ranks of 32), as the
+    loader requires: the rest of the epoch is then the same steps."""
     try:
         from collators import CollatorRegistry
         from engine import DataLoaderConfig, DataLoaderFactory, Shards
@@ -479,7 +483,7 @@ def ours(endpoint: str, cache: Path, world: int = 1, shuffle: bool = False):
                                      "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}})
     spec = TaskSpec.lm_tiny().replace(additional_config={"max_seq_len": 512})
     collator = CollatorRegistry.get_instance().get_collator(spec, pad_token_id=0)
-    config = DataLoaderConfig(batch_size=BATCH, shuffle=shuffle, seed=0, num_workers=WORKERS, collate_fn=collator)
+    config = DataLoaderConfig(batch_size=batch, shuffle=shuffle, seed=0, num_workers=WORKERS, collate_fn=collator)
     return DataLoaderFactory().create_dataloader(shards, config, rank=0, num_replicas=world)
 
 

@@ -10,16 +10,15 @@ imports it.
 
 from __future__ import annotations
 
-import os
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 import torch
 from PIL import Image
-from torch.utils.data import get_worker_info
+
+from collators._kernels import loaded, scale_normalize
 
 NORMALIZATION_PRESETS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "imagenet": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
@@ -66,68 +65,20 @@ def normalize_batch(
 def scale_uint8(stacked: torch.Tensor, mean: np.ndarray, std: np.ndarray) -> torch.Tensor:
     """A uint8 ``[B, C, H, W]`` batch scaled to float32 [0, 1] by 1/255 (``to_dtype(scale=True)``), then
     ``(x - mean) / std`` per channel (float32 arrays; zeros and ones to scale only): the values of torchvision's
-    ops, bit for bit, in one compiled pass (:func:`collators._kernels.scale_normalize`) where this process has it
-    (:func:`compiled_scale_normalize`), else by those ops themselves (a cast and three in-place ops)."""
+    ops, bit for bit, in one compiled pass (:func:`collators._kernels.scale_normalize`), or, in a loader worker
+    still loading the compiled loops (:func:`collators._kernels.loaded`), by those ops themselves (a cast and three
+    in-place ops)."""
     if stacked.ndim != 4 or not len(mean) == len(std) == stacked.shape[1]:
         raise ValueError(f"scale_uint8 needs a [B, C, H, W] batch and C values of mean and std, but got a batch of "
                          f"shape {tuple(stacked.shape)}, mean={mean.tolist()}, std={std.tolist()}")
-    kernel = compiled_scale_normalize()
-    if kernel is None:  # to_dtype(scale=True), then normalize's sub_ and div_, as torchvision runs them
+    if not loaded():  # to_dtype(scale=True), then normalize's sub_ and div_, as torchvision runs them
         pixels = stacked.to(torch.float32).mul_(1.0 / 255)
         return pixels.sub_(torch.from_numpy(mean).view(-1, 1, 1)).div_(torch.from_numpy(std).view(-1, 1, 1))
     out = torch.empty(stacked.shape, dtype=torch.float32)
     batch, channels = stacked.shape[:2]
-    kernel(stacked.numpy().reshape(batch, channels, -1), np.float32(1.0 / 255), mean, std,
-           out.numpy().reshape(batch, channels, -1))
+    scale_normalize(stacked.numpy().reshape(batch, channels, -1), np.float32(1.0 / 255), mean, std,
+                    out.numpy().reshape(batch, channels, -1))
     return out
-
-
-_COMPILED: list[Callable[..., None]] = []
-"""The loaded :func:`collators._kernels.scale_normalize` (one entry once loaded; a forked worker inherits it)."""
-_LOADING: dict[int, threading.Thread] = {}
-"""``{pid: thread}``: the thread loading the compiled pass in loader worker ``pid``."""
-_LOAD_FAILURES: list[BaseException] = []
-"""What that thread raised, raised again in the worker's own thread by :func:`compiled_scale_normalize`."""
-
-
-def compiled_scale_normalize() -> Callable[..., None] | None:
-    """The compiled pass of :func:`scale_uint8`, or None while a loader worker is still loading it.
-
-    Loading it (importing numba, then the compiled loop from numba's disk cache, or compiling it) takes about a
-    second in a fresh process. Outside loader workers it is loaded here, at the first batch. A loader worker that
-    has not inherited it (a spawned one, or one forked before its parent collated a batch) loads it in a thread of
-    its own, once, and scales its first batches with torchvision's ops meanwhile (the same values): its first
-    batch is not held back by numba. A failure in that thread is raised by the next batch.
-    """
-    if _COMPILED:
-        return _COMPILED[0]
-    if get_worker_info() is None:
-        _load_compiled()
-        return _COMPILED[0]
-    thread = _LOADING.get(os.getpid())
-    if thread is None:
-        thread = _LOADING[os.getpid()] = threading.Thread(target=_load_compiled_noting_failure, name="load-kernel",
-                                                          daemon=True)
-        thread.start()
-    elif _LOAD_FAILURES:
-        raise RuntimeError("loading the compiled image pass (collators._kernels, numba) failed in this loader "
-                           "worker; the error above says why") from _LOAD_FAILURES[0]
-    return _COMPILED[0] if _COMPILED else None
-
-
-def _load_compiled() -> None:
-    from collators._kernels import scale_normalize
-
-    pixels, statistics = np.zeros((1, 1, 1), np.uint8), np.zeros(1, np.float32)
-    scale_normalize(pixels, np.float32(1), statistics, statistics + 1, np.zeros((1, 1, 1), np.float32))
-    _COMPILED[:] = [scale_normalize]
-
-
-def _load_compiled_noting_failure() -> None:
-    try:
-        _load_compiled()
-    except BaseException as error:  # noqa: BLE001  raised in the worker's own thread by the next batch
-        _LOAD_FAILURES.append(error)
 
 
 FLOAT_TOLERANCE = 0.5

@@ -168,10 +168,10 @@ def test_warmed_loops_serve_arrow_token_rows_without_compiling():
     from collators.text import warm_token_loops
 
     warm_token_loops()
-    compiled = len(pad_spans.overloads)
+    compiled = len(pad_spans.dispatcher.overloads)
     for dtype in (np.int32, np.int64):
         values = np.arange(10, dtype=dtype)
         values.flags.writeable = False  # as memory-mapped Arrow buffers are
         layout = PaddingLayout(np.array([3, 5]), length=6)
         layout.gather(values, np.array([0, 4]), pad_value=0)
-    assert len(pad_spans.overloads) == compiled  # a forked worker inherits these: it compiles nothing
+    assert len(pad_spans.dispatcher.overloads) == compiled  # a forked worker inherits these: it compiles nothing

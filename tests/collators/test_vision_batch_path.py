@@ -83,7 +83,7 @@ class TestUint8AgainstTorchvision:
         """A loader worker scales its first batches with torch's ops while it loads the compiled pass."""
         import collators.images
 
-        monkeypatch.setattr(collators.images, "compiled_scale_normalize", lambda: None)
+        monkeypatch.setattr(collators.images, "loaded", lambda: False)
         images = every_value_images()
         mean, std = STATS[name]
         batch = VisionCollator(mean=mean, std=std)(images)["pixel_values"]
