@@ -17,15 +17,19 @@ Loading the loops (importing numba, then each loop from its disk cache, or compi
 takes about a second in a fresh process, and several when it compiles. A loader worker does not wait for it: its
 first batches run the same loops as Python (the same values: integer copies, and float32 operations in the same
 order) while a thread of its own loads them (:func:`loaded`); a forked worker whose parent had loaded them inherits
-them. Any other process loads them at its first call.
+them (and shares their memory: the loader loads them before forking workers when numba's disk cache holds them,
+:func:`cached`). Any other process loads them at its first call.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import sys
 import threading
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -81,26 +85,47 @@ def loaded() -> bool:
     """Whether this process runs the compiled loops. Outside loader workers they are loaded here, on the first
     call. A loader worker that has not inherited them starts loading them in a thread of its own (once) and runs
     the Python loops meanwhile; a failure of that thread is raised by the next call."""
-    if all(loop.dispatcher is not None for loop in LOOPS):
+    if _ready():
         return True
     if get_worker_info() is None:
         load()
         return True
-    thread = _LOADING.get(os.getpid())
-    if thread is None:
+    load_soon()
+    return False
+
+
+def _ready() -> bool:
+    return all(loop.dispatcher is not None for loop in LOOPS)
+
+
+def load_soon() -> None:
+    """Start :func:`load` in a thread of this process (once); raise what it raised, if it failed. Nothing may fork
+    this process before :func:`load` has waited for it: a forked child would inherit numba's locks as the thread
+    holds them."""
+    if _FAILURES:
+        raise RuntimeError("loading the compiled loops (collators._kernels, numba) failed in this process; the "
+                           "error above says why") from _FAILURES[0]
+    if not _ready() and os.getpid() not in _LOADING:
         _LOADING[os.getpid()] = thread = threading.Thread(target=_load_noting_failure, name="load-loops",
                                                           daemon=True)
         thread.start()
-    elif _FAILURES:
-        raise RuntimeError("loading the compiled loops (collators._kernels, numba) failed in this loader worker; "
-                           "the error above says why") from _FAILURES[0]
-    return False
 
 
 def load() -> None:
     """Compile every loop (from numba's disk cache when it holds them) for the argument types of :func:`warm`,
-    then let the loops use them. The inner loops that others call (:func:`_write_row`, :func:`_mask_row`) are
-    registered with numba so that the compiled loops call them compiled, and Python ones as Python."""
+    then let the loops use them; waits for a loading that :func:`load_soon` started. The inner loops that others
+    call (:func:`_write_row`, :func:`_mask_row`) are registered with numba, so that the compiled loops call them
+    compiled and the Python ones as Python."""
+    thread = _LOADING.get(os.getpid())
+    if thread is not None:
+        thread.join()
+        load_soon()  # raises what the thread raised
+    _load_now()
+
+
+def _load_now() -> None:
+    if _ready():
+        return
     from numba.extending import register_jitable
 
     for inner in (_write_row, _mask_row):
@@ -111,10 +136,24 @@ def load() -> None:
         loop.dispatcher = dispatcher
 
 
+def cached() -> bool:
+    """Whether numba's disk cache holds every loop for this Python (its index files, beside this module or under
+    ``NUMBA_CACHE_DIR``): loading them then compiles nothing (about half a second, mostly importing numba)."""
+    source = Path(os.path.abspath(__file__))
+    if os.environ.get("NUMBA_CACHE_DIR"):  # numba's _CacheLocator.get_suitable_cache_subpath
+        digest = hashlib.sha1(str(source.parent).encode()).hexdigest()
+        folder = Path(os.environ["NUMBA_CACHE_DIR"]) / f"{source.parent.name}_{digest}"
+    else:
+        folder = source.parent / "__pycache__"
+    tag = f"py{sys.version_info.major}{sys.version_info.minor}"
+    return all((folder / f"{source.stem}.{loop.function.__qualname__}-{loop.function.__code__.co_firstlineno}."
+                         f"{tag}.nbi").exists() for loop in LOOPS)
+
+
 def _load_noting_failure() -> None:
     try:
-        load()
-    except BaseException as error:  # noqa: BLE001  raised in the worker's own thread by loaded()
+        _load_now()
+    except BaseException as error:  # noqa: BLE001  raised in the process's own thread by load_soon()
         _FAILURES.append(error)
 
 

@@ -11,7 +11,7 @@ import torch
 from collators import _text_options as opts
 from collators._extra import collate_extra
 from collators._generator import OwnGenerator
-from collators._kernels import LOOPS, load
+from collators._kernels import cached, load, load_soon
 from collators._padding import PaddingLayout, check_padding_side, padded_length
 from collators._text_batch import ColumnInputs, RaggedColumn, RowInputs, SpanColumn, batch_inputs
 from collators._text_inputs import flatten_ids, tokenize_column
@@ -258,7 +258,17 @@ def create_text_collator(task_spec: TaskSpec | None = None, **kwargs: Any) -> Te
 def warm_token_loops() -> None:
     """Load the compiled padding loops in this process (:func:`collators._kernels.load`: from numba's disk cache
     when it holds them, else compiled) for the usual argument types, rather than at the first batch. Loader workers
-    forked afterwards inherit them (and share their memory) instead of each loading its own in a thread while its
-    first batches run the same loops as Python."""
-    if not all(loop.dispatcher is not None for loop in LOOPS):
-        load()
+    forked afterwards inherit them (and share their memory: about 35 MiB of private memory per worker otherwise)
+    instead of each loading its own in a thread while its first batches run the same loops as Python. Waits for a
+    loading that :func:`warm_token_loops_soon` started."""
+    load()
+
+
+def warm_token_loops_soon() -> bool:
+    """Start loading the compiled loops in a thread of this process when numba's disk cache holds them (loading
+    then compiles nothing), for work that waits on I/O meanwhile (listing shards in object storage); returns
+    whether it started. :func:`warm_token_loops` waits for it; nothing may fork this process before that."""
+    if not cached():
+        return False
+    load_soon()
+    return True

@@ -448,6 +448,20 @@ def test_a_row_group_wanted_by_two_processes_at_once_is_fetched_once(corpus, tmp
     assert not list((tmp_path / "cache").glob(".*.lock"))
 
 
+@pytest.mark.parametrize(("workers", "context", "started"), [(2, "fork", True), (0, None, False), (2, "spawn", False)])
+def test_the_token_loops_compile_while_the_shards_are_listed(corpus, tmp_path, monkeypatch, workers, context, started):
+    """With forked workers ahead, the loops the workers inherit compile in the background from the module's
+    construction (the listing waits on the store), not after it on the way to the first batch."""
+    import engine.loading.factory as factory
+
+    calls = []
+    monkeypatch.setattr(factory, "warm_token_loops_soon", lambda: calls.append(1))
+    folder, _ = corpus
+    module(shards(folder, tmp_path), workers=workers, multiprocessing_context=context)
+    module({"a": shards(folder, tmp_path)}, workers=workers, multiprocessing_context=context, mix={"a": 1.0})
+    assert calls == ([1, 1] if started else [])
+
+
 def test_a_reader_reuses_the_footers_its_process_listed(corpus, tmp_path, monkeypatch):
     """Loader workers forked after the listing read a row group with one ranged read, not its footer again."""
     import pyarrow.parquet as parquet
