@@ -3,8 +3,12 @@
 Run in the peers' own virtualenv (their pins conflict with the project's; ``bash benchmarks/peers/setup.sh`` makes
 it)::
 
-    .venv-peers/bin/python -m benchmarks.bench_streaming_peers --rows 200000     # full (~5 min on 2 cores)
+    .venv-peers/bin/python -m benchmarks.bench_streaming_peers --rows 200000     # full
     .venv-peers/bin/python -m benchmarks.bench_streaming_peers --quick           # 20k rows
+
+From a fresh clone (``git clone``; its compiled caches, Python's bytecode and numba's, are empty) the first run
+measures every reader's cold start as a new install meets it; ``--ours-python`` names the project's venv and the
+peers' venv may live elsewhere (``/path/to/.venv-peers/bin/python -m benchmarks.bench_streaming_peers``).
 
 Method
 ------
@@ -17,8 +21,12 @@ Method
   layouts are uploaded to one bucket. Every peer reaches it through the environment (AWS_ENDPOINT_URL,
   S3_ENDPOINT_URL for Mosaic, dummy credentials) and its own storage options (LitData ``storage_options``
   endpoint_url; fsspec/s3fs ``client_kwargs`` for HF). No other address is ever contacted (HF_HUB_OFFLINE=1).
-* Readers, each in a fresh subprocess (so no peer's threads, shared memory or caches leak into the next), no
-  shuffling, batch size 32, num_workers=2, one collate for all (pads each batch to its longest row with 0):
+* Runs: ``--runs`` (3) runs of every reader in storage order, then ``--shuffled-runs`` (1) in each reader's own
+  shuffled order (its shuffle option with its defaults: LitData ``shuffle=True``, Mosaic ``shuffle=True``, HF
+  ``IterableDataset.shuffle(seed=0)`` with its 1000-row buffer, ours ``shuffle=True``: row groups in a seeded
+  order, rows shuffled within a window). The load average is recorded at each run's start.
+* Readers, each in a fresh subprocess (so no peer's threads, shared memory or caches leak into the next), batch
+  size 32, num_workers=2, one collate for all (pads each batch to its longest row with 0):
   - LitData: ``litdata.StreamingDataset`` + ``litdata.StreamingDataLoader``;
   - Mosaic: ``streaming.StreamingDataset`` (batch_size=32) + ``streaming.StreamingDataLoader`` (Mosaic's
     subclass of torch's DataLoader, which is what carries its state_dict);
@@ -26,29 +34,31 @@ Method
     ``torchdata.stateful_dataloader.StatefulDataLoader`` (torch's DataLoader with state_dict, the loader HF
     documents for resuming an IterableDataset with workers).
 * Measures, per peer:
+  - import: what the reader's script imports (``IMPORTS``), timed on its own and shown beside the first batch;
   - first batch (cold): from constructing the dataset, with an empty local cache, to the first batch (the
     reader's library is imported before the clock starts: a training script imports it anyway);
   - steady rows/s and tokens/s: after ``--warmup`` batches, over the batches up to 3/4 of the epoch (or fewer when
     ``--budget`` seconds run out; the table says how many); tokens are the real (unpadded) tokens;
   - resume: the peer's own ``state_dict()`` saved after batch ``--early`` (early) and at the end of the steady
-    phase (late); later, a new dataset + loader (empty cache again, as on a restarted node) gets
-    ``load_state_dict`` and the time to its first batch is taken; "exact" when that batch's row ids are the ones
-    the first run delivered right after the save;
+    phase (late); later, a fresh process (a restarted node: the reader imported off the clock) builds a new
+    dataset + loader over an empty cache, which gets ``load_state_dict``, and the time to its first batch is
+    taken; "exact" when that batch's row ids are the ones the first run delivered right after the save;
   - worker USS: peak private memory (psutil USS) of the loader's worker processes (all child processes of the
     reader, sampled every 0.2 s through the whole run), the largest one;
   - ranks 2 -> 1: a loader as rank 0 of world size 2 (LitData: WORLD_SIZE/GLOBAL_RANK; Mosaic:
     WORLD_SIZE/RANK with one process per node; HF: ``split_dataset_by_node``) reads ``--early`` batches and saves
-    its state; a loader at world size 1 loads it and takes one batch: "yes" when that works (with how many of
-    that batch's rows rank 0 had already delivered), "no (error ...)" when it raises.
+    its state; a loader at world size 1, in a fresh process, loads it and takes one batch: "yes" when that works
+    (with how many of that batch's rows rank 0 had already delivered), "no (error ...)" when it raises. Ours keeps
+    the global batch across world sizes (its loader refuses another), so at 1 rank its batch is 64 rows.
   Peer specifics: LitData fetches chunks with obstore, whose HTTP client refuses plain http unless told, so its
   client options get ``allow_http`` (the local S3 has no TLS); LitData also checks that a resumed loader's
   cache_dir is the one in its state, so its resumes use the same cache path, emptied. Mosaic initialises
   torch.distributed whenever WORLD_SIZE > 1: for "rank 0 of 2" a 1-process gloo group stands in.
-* ``ours(...)`` is the slot for the project's own sharded source (``engine.Shards``), measured the same way in a
-  subprocess of the project's own .venv (``--ours-python``); until ``engine.Shards`` imports, its row says
-  "not available".
+* ``ours(...)`` is the project's own sharded source (``engine.Shards``) in a plain loop (``DataLoaderFactory``),
+  measured the same way in a subprocess of the project's own .venv (``--ours-python``).
 
-Results: a markdown table printed and written to benchmarks/results/streaming_peers.md (``--out``).
+Results: markdown tables (every run's cold first batch with its import, then each run's measures), printed and
+written to benchmarks/results/streaming_peers.md (``--out``) after every run.
 """
 
 from __future__ import annotations
@@ -247,7 +257,7 @@ def make_loader(peer: str, endpoint: str, cache: Path, world: int = 1, shuffle: 
             ds = split_dataset_by_node(ds, rank=0, world_size=world)
         return StatefulDataLoader(ds, batch_size=BATCH, num_workers=WORKERS, collate_fn=collate)
     if peer == "ours":
-        return ours(endpoint, cache, world, shuffle, batch=BATCH * resumed_from // world)
+        return ours(endpoint, cache, world, shuffle, batch=BATCH * max(resumed_from // world, 1))
     raise ValueError(peer)
 
 
@@ -402,17 +412,11 @@ def _measure(peer, endpoint, rows, args, caches, out, total_batches, late_target
         # resumes, each from an empty cache
         for name, (at, state) in states.items():
             try:
-                t0 = time.perf_counter()
-                loader = make_loader(peer, endpoint, cache_dir(peer, caches, f"resume-{name}"), shuffle=args.shuffle)
-                loader.load_state_dict(copy.deepcopy(state))
-                it, batch = _first(loader)
-                out[f"resume_{name}_s"] = time.perf_counter() - t0
-                ids = _ids(batch)
+                seconds, ids = resume_in_fresh_process(peer, endpoint, cache_dir(peer, caches, f"resume-{name}"),
+                                                       state, args)
+                out[f"resume_{name}_s"] = seconds
                 out[f"resume_{name}_exact"] = None if ids is None else ids == next_ids[name]
                 out[f"resume_{name}_at"] = at
-                del it
-                _close(loader)
-                del loader
             except Exception as e:  # noqa: BLE001 - a peer's failure is a result
                 out[f"resume_{name}_error"] = _err(e)
             gc.collect()
@@ -420,6 +424,53 @@ def _measure(peer, endpoint, rows, args, caches, out, total_batches, late_target
     out["n_children"] = len(uss.peak)
     out["ranks"] = ranks_2_to_1(peer, endpoint, caches, args)
     return out
+
+
+def resume_in_fresh_process(peer: str, endpoint: str, cache: Path, state: Any, args,
+                            resumed_from: int = 1) -> tuple[float, list[int] | None]:
+    """A new process (as a restarted node) imports the reader (off the clock), builds a new dataset and loader
+    over ``cache``, loads ``state`` and takes its first batch: the seconds from the loader's construction to that
+    batch, and its row ids. Raises what the new process raised."""
+    import torch
+
+    with tempfile.TemporaryDirectory(prefix="peer-state-") as folder:
+        saved = Path(folder) / "state.pt"
+        torch.save(state, saved)
+        cmd = [sys.executable, "-m", "benchmarks.bench_streaming_peers", "--_peer", peer, "--_endpoint", endpoint,
+               "--_resume", str(saved), "--_cache", str(cache), "--_resumed-from", str(resumed_from),
+               *(["--shuffle"] if args.shuffle else [])]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.peer_timeout, cwd=ROOT)
+    line = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
+    if not line:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"the resumed process failed (rc {done.returncode}): {tail[:200]}")
+    result = json.loads(line[-1][7:])
+    if "error" in result:
+        raise RuntimeError(result["error"])
+    return result["seconds"], result["ids"]
+
+
+def resume_here(peer: str, endpoint: str, saved: Path, cache: Path, resumed_from: int, shuffle: bool
+                ) -> dict[str, Any]:
+    """The new process of :func:`resume_in_fresh_process`."""
+    import torch
+
+    torch.set_num_threads(1)
+    with contextlib.suppress(ImportError):
+        exec(IMPORTS[peer], {})
+    state = torch.load(saved, weights_only=False)
+    try:
+        t0 = time.perf_counter()
+        loader = make_loader(peer, endpoint, cache, world=1, shuffle=shuffle, resumed_from=resumed_from)
+        loader.load_state_dict(state)
+        it, batch = _first(loader)
+        seconds = time.perf_counter() - t0
+        ids = _ids(batch)
+        del it
+        _close(loader)
+        return {"seconds": seconds, "ids": ids}
+    except Exception as e:  # noqa: BLE001 - a reader's failure is a result
+        return {"error": _err(e)}
 
 
 def ranks_2_to_1(peer: str, endpoint: str, caches: Path, args) -> str:
@@ -446,14 +497,8 @@ def ranks_2_to_1(peer: str, endpoint: str, caches: Path, args) -> str:
             dist.destroy_process_group()
     try:
         with env(**rank_env(peer, 1)):
-            loader = make_loader(peer, endpoint, cache_dir(peer, caches, "w1"), world=1, shuffle=args.shuffle,
-                                 resumed_from=2)
-            loader.load_state_dict(state)
-            it, batch = _first(loader)
-            ids = _ids(batch)
-            del it
-            _close(loader)
-            del loader
+            _, ids = resume_in_fresh_process(peer, endpoint, cache_dir(peer, caches, "w1"), state, args,
+                                             resumed_from=2)
         again = sum(i in seen_ids for i in ids)
         return f"yes (first batch rows {ids[0]}..; {again}/{len(ids)} already seen by rank 0)"
     except Exception as e:  # noqa: BLE001
@@ -637,9 +682,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--_peer", help=argparse.SUPPRESS)
     p.add_argument("--_endpoint", help=argparse.SUPPRESS)
     p.add_argument("--_tokens", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--_resume", help=argparse.SUPPRESS)  # a saved state: resume it in this (fresh) process
+    p.add_argument("--_cache", help=argparse.SUPPRESS)
+    p.add_argument("--_resumed-from", type=int, default=1, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.quick:
         args.rows = 20_000
+    if args._resume:
+        res = resume_here(args._peer, args._endpoint, Path(args._resume), Path(args._cache), args._resumed_from,
+                          args.shuffle)
+        print("RESULT " + json.dumps(res), flush=True)
+        return 0
     if args._peer:
         res = run_peer(args._peer, args._endpoint, args.rows, args._tokens, args)
         print("RESULT " + json.dumps(res), flush=True)
@@ -693,19 +746,19 @@ def main(argv: list[str] | None = None) -> int:
             load = " ".join(f"{value:.1f}" for value in os.getloadavg())
             results = [run_subprocess(peer, endpoint, tokens, args) for peer in peers]
             results.append(run_subprocess("ours", endpoint, tokens, args, python=args.ours_python))
-            name = f"run {index + 1}" + (" (compiled caches " + caches + ")" if index == 0 else "")
+            name = f"run {index + 1}" + (", compiled caches " + caches if index == 0 else "")
             runs.append({"name": name, "load": load, "results": results,
                          "order": "each reader's own shuffle" if args.shuffle else "storage order (no shuffle)"})
+            meta = {"rows": args.rows, "tokens": tokens, "seed": args.seed, "uploaded_mib": uploaded / 2**20,
+                    "setup_s": setup_s, "caches": caches, "code": code_version(),
+                    "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs"}
+            text = table(runs, meta)  # written after every run: a long benchmark cut short keeps its runs
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(text)
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
-    meta = {"rows": args.rows, "tokens": tokens, "seed": args.seed, "uploaded_mib": uploaded / 2**20,
-            "setup_s": setup_s, "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
-            "caches": caches, "code": code_version()}
-    text = table(runs, meta)
     print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
     return 0
 
 
