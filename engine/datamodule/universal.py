@@ -26,7 +26,7 @@ from engine.loading.factory import (
 from engine.loading.settings import BY_NAME, NOT_RECORDED, check_module_settings
 from engine.loading.state import TrainPosition
 from engine.sampling.mixtures.mixture import as_mixture
-from engine.sampling.modes import resolve_batching
+from engine.sampling.modes import resolve_balance, resolve_batching
 from engine.sources.inputs import check_length_batching, check_same_classes, class_maps
 from engine.sources.kinds import is_named_datasets
 from engine.sources.long_rows import LongRows, check_sources
@@ -82,6 +82,10 @@ class UniversalDataModule(CheckpointedModule, lightning().LightningDataModule):
             ``max_tokens`` padded tokens per batch) or 'packed' (whole documents concatenated into one ``[1, T]``
             sequence of at most ``max_tokens``, no padding); None reads ``spec.preprocessing_config['batching']``.
         max_tokens: Token budget per batch for 'token_budget' and 'packed' (else the spec's 'max_tokens').
+        balance, attention_weight: Under 'packed' batching, ``balance='compute'`` deals each step's documents to
+            ranks so their estimated compute, ``tokens + attention_weight * sum(len**2)``, is about the same (with
+            ``'tokens'``, the default, only their tokens are); see docs/distributed.md. None reads the spec's
+            ``preprocessing_config``.
         device_normalize: Vision: keep images uint8 in the loader, normalize on the device (on_after_batch_transfer).
         validate: At setup, check the first training batch against the spec; the report is ``dm.validation_report``.
         on_error, max_skipped: A row whose read, decode or transform raises: 'raise' names it in an error, 'skip'
@@ -118,6 +122,7 @@ class UniversalDataModule(CheckpointedModule, lightning().LightningDataModule):
         pin_memory: bool | None = None, persistent_workers: bool | None = None, prefetch_factor: int = 2,
         collate_fn: Callable[..., Any] | None = None, collator_name: str | None = None,
         collator_kwargs: dict[str, Any] | None = None, batching: str | None = None, max_tokens: int | None = None,
+        balance: str | None = None, attention_weight: float | None = None,
         device_normalize: bool = False, validate: bool = False,
         on_error: str = "raise", max_skipped: int | float | None = None, num_threads: int = 0,
         train_transform: Callable[..., Any] | None = None, eval_transform: Callable[..., Any] | None = None,
@@ -171,6 +176,9 @@ class UniversalDataModule(CheckpointedModule, lightning().LightningDataModule):
         if self.mixture is not None:
             check_mixture_batching(self.mixture, self.batching)
         options.check_stream_batching(self._stream is not None, self.batching, self.train_config.num_threads)
+        self.balance, self.attention_weight = resolve_balance(task_spec, balance, attention_weight, self.batching,
+                                                              stream=self._stream is not None,
+                                                              mixture=self.mixture is not None)
         self.collator, self.collator_resolution = module_collator(
             task_spec, tokenizer, collate_fn, collator_name, collator_kwargs, device_normalize=device_normalize,
             batching=self.batching, batching_reason=self.batching_reason)
@@ -266,7 +274,8 @@ class UniversalDataModule(CheckpointedModule, lightning().LightningDataModule):
                                   global_batch=self.train_config.batch_size * self.world_size, seed=self.seed)
         return self._factory.train_dataloader(
             self.datasets["train"], self.train_config, batching=self.batching, max_tokens=self.max_tokens, key=key,
-            rank=self.rank, num_replicas=self.world_size, uneven=self.uneven, order=order)
+            rank=self.rank, num_replicas=self.world_size, uneven=self.uneven, order=order, balance=self.balance,
+            attention_weight=self.attention_weight)
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Lightning hook, on the device: finish uint8 image batches (``device_normalize``); others unchanged."""

@@ -120,13 +120,16 @@ class DataLoaderFactory:
 
     def train_dataloader(self, source: Any, config: DataLoaderConfig, *, batching: str = "plain",
                          max_tokens: int | None = None, key: str | None = None, rank: int = 0, num_replicas: int = 1,
-                         uneven: str = "pad", order: EpochOrder | None = None) -> ResumableLoader:
+                         uneven: str = "pad", order: EpochOrder | None = None, balance: str = "tokens",
+                         attention_weight: float | None = None) -> ResumableLoader:
         """A training loader over ``source`` with the sampler of ``batching`` (a stream keeps its own order);
-        ``order``: the epoch order to draw from (a mixture's), else sharded data's block order or a shuffle."""
+        ``order``: the epoch order to draw from (a mixture's), else sharded data's block order or a shuffle;
+        ``balance``, ``attention_weight``: how packed steps are dealt to ranks (see :class:`PackedBatchSampler`)."""
         sampler = None if isinstance(source, IterableDataset) else batch_sampler_for(
             source, batching=batching, batch_size=config.batch_size, max_tokens=max_tokens, key=key,
             seed=config.seed, shuffle=config.shuffle, drop_last=config.drop_last, num_replicas=num_replicas,
-            rank=rank, uneven=uneven, max_length=getattr(config.collate_fn, "max_length", None), order=order)
+            rank=rank, uneven=uneven, max_length=getattr(config.collate_fn, "max_length", None), order=order,
+            balance=balance, attention_weight=attention_weight)
         return self.create_dataloader(source, config, batch_sampler=sampler, rank=rank, num_replicas=num_replicas,
                                       uneven=uneven)
 
@@ -147,11 +150,13 @@ class DataLoaderFactory:
 def batch_sampler_for(source: Any, *, batching: str, batch_size: int, seed: int, key: str | None = None,
                       max_tokens: int | None = None, shuffle: bool = True, drop_last: bool = False,
                       num_replicas: int = 1, rank: int = 0, uneven: str = "pad",
-                      max_length: int | None = None, order: EpochOrder | None = None) -> EpochBatchSampler:
+                      max_length: int | None = None, order: EpochOrder | None = None, balance: str = "tokens",
+                      attention_weight: float | None = None) -> EpochBatchSampler:
     """The training batch sampler of a resolved ``batching`` mode (see :mod:`engine.sampling.modes`).
 
     ``max_length`` (packed only) is the collator's truncation, so rows are packed at the length they will have.
     ``order`` (a mixture's) replaces the sampler's own shuffle; by default sharded data gets its block order.
+    ``balance='compute'`` (packed only) balances each step's ranks by the cost model of ``attention_weight``.
     """
     order = order if order is not None else block_order(source)
     ranks = {"num_replicas": num_replicas, "rank": rank, "uneven": uneven, "order": order}
@@ -162,7 +167,8 @@ def batch_sampler_for(source: Any, *, batching: str, batch_size: int, seed: int,
     if batching == "grouped":
         return LengthGroupedBatchSampler(lengths, batch_size, seed=seed, drop_last=drop_last, **ranks)
     if batching == "packed":
-        return PackedBatchSampler(lengths, int(max_tokens), seed=seed, max_length=max_length, **ranks)
+        return PackedBatchSampler(lengths, int(max_tokens), seed=seed, max_length=max_length, balance=balance,
+                                  attention_weight=attention_weight, **ranks)
     return TokenBudgetBatchSampler(lengths, int(max_tokens), seed=seed, **ranks)
 
 

@@ -13,11 +13,14 @@ exactly once per epoch.
 from __future__ import annotations
 
 import bisect
+import hashlib
 from typing import Any
 
 import numpy as np
 
 from engine.core.checks import check_int
+from engine.core.rng import derive_seed
+from engine.sampling.balance import balanced_steps, check_balance, document_costs, refine
 from engine.sampling.blocks import EpochOrder
 from engine.sampling.length import _LengthAware
 from engine.sampling.ranks import deal_to_ranks
@@ -61,6 +64,11 @@ class PackedBatchSampler(_LengthAware):
         num_replicas, rank: Ranks sharing the data; the epoch's bins are dealt to them round robin.
         uneven: When the bins don't divide evenly among ranks, ``pad`` repeats bins from the start of the epoch's
             order, ``drop`` leaves the last few out; either way every rank gets the same number of batches.
+        balance: ``tokens``: every rank's bin holds at most ``max_tokens`` tokens; ``compute``: also, each step's
+            documents are dealt to its ranks so their estimated compute, ``tokens + attention_weight *
+            sum(len**2)``, is about the same (:mod:`engine.sampling.balance`).
+        attention_weight: The cost of one ``len**2`` term in tokens' worth, for ``balance='compute'`` (about
+            ``1 / (12 * d)`` for a transformer of width ``d``).
 
     Raises:
         ValueError: A row is empty, or longer than ``max_tokens`` (the message names the row and its length).
@@ -74,8 +82,11 @@ class PackedBatchSampler(_LengthAware):
 
     def __init__(self, lengths: Any, max_tokens: int, *, seed: int = 0, mega_batch_factor: int = 64,
                  max_length: int | None = None, num_replicas: int = 1, rank: int = 0, uneven: str = "pad",
-                 order: EpochOrder | None = None) -> None:
+                 order: EpochOrder | None = None, balance: str = "tokens",
+                 attention_weight: float | None = None) -> None:
         max_tokens = check_int("max_tokens", max_tokens, minimum=1)
+        self.attention_weight = check_balance(balance, attention_weight, order)
+        self.balance = balance
         if max_length is not None:
             max_length = check_int("max_length", max_length, minimum=1)
         super().__init__(lengths, seed=seed, mega_batch_factor=mega_batch_factor, num_replicas=num_replicas,
@@ -95,6 +106,8 @@ class PackedBatchSampler(_LengthAware):
                 f"whole, so raise max_tokens to at least {int(self.lengths.max())}, or truncate long rows (the "
                 f"spec's max_seq_len, the collator's max_length) or split them before packing"
             )
+        self.costs = document_costs(self.lengths, self.attention_weight or 0.0)
+        self._steps: tuple[Any, list[list[list[int]]]] | None = None  # the last balanced epoch, for every rank
     per_rank_option = "max_tokens"
 
     @property
@@ -103,7 +116,8 @@ class PackedBatchSampler(_LengthAware):
         return self.max_tokens
 
     def _options(self) -> tuple[Any, ...]:  # not max_tokens: the base class checks the global budget on resume
-        return (*super()._options(), self.max_length, *self._windows())
+        balance = ("balance compute", self.attention_weight) if self.balance == "compute" else ()
+        return (*super()._options(), self.max_length, *self._windows(), *balance)
 
     def pack(self, order: np.ndarray, max_tokens: int, runs: list[int] | None = None) -> list[list[int]]:
         """``order``'s rows in bins of at most ``max_tokens`` tokens: best-fit decreasing within windows of about
@@ -144,12 +158,34 @@ class PackedBatchSampler(_LengthAware):
     def batches_of(self, order: np.ndarray, epoch: int, num_replicas: int, rank: int,
                    per_rank_size: int) -> list[list[int]]:
         """``rank``'s bins of ``order`` on ``num_replicas`` ranks: all bins packed and shuffled alike on every rank
-        (rank 0's stream), then dealt round robin, so every rank gets the same number."""
+        (rank 0's stream), then dealt round robin (under ``balance='compute'``: its bin of every balanced step), so
+        every rank gets the same number."""
+        if self.balance == "compute" and num_replicas > 1:
+            return [step[rank] for step in self.steps_of(order, epoch, num_replicas, per_rank_size)]
         bins = self._bins(order, per_rank_size, epoch)
         if num_replicas == 1:
             return bins
         mine = deal_to_ranks(np.arange(len(bins)), num_replicas, rank, self.uneven)
         return [bins[number] for number in mine.tolist()]
+
+    def steps_of(self, order: np.ndarray, epoch: int, num_replicas: int, per_rank_size: int) -> list[list[list[int]]]:
+        """Every step of ``order`` on ``num_replicas`` ranks under ``balance='compute'``, a bin per rank: the bins
+        of whole steps grouped and refined by cost (:func:`~engine.sampling.balance.balanced_steps`), seeded by
+        (seed, epoch); the bins left over make the last step, with ``uneven='pad'``'s repeats of the first bins
+        (refined only, so repeats stay in the epoch's last step), or are left out with ``'drop'``. The last
+        order's steps are kept, since every rank's call (and an elastic resume's replay of each rank) asks for them."""
+        key = (epoch, num_replicas, per_rank_size, hashlib.blake2b(order.tobytes(), digest_size=16).digest())
+        if self._steps is None or self._steps[0] != key:
+            bins = self._bins(order, per_rank_size, epoch)
+            whole = len(bins) - len(bins) % num_replicas
+            rng = np.random.default_rng(derive_seed(self.seed, "balance", epoch))
+            steps = balanced_steps(bins[:whole], self.costs, self.lengths, num_replicas, per_rank_size,
+                                   self.mega_batch_factor, rng)
+            if whole < len(bins) and self.uneven == "pad":
+                last = [bins[n % len(bins)] for n in range(whole, whole + num_replicas)]
+                steps.append(refine(last, self.costs, self.lengths, per_rank_size))
+            self._steps = (key, steps)
+        return self._steps[1]
 
     def fill(self, epoch: int = 0) -> float:
         """Share of the token budget the bins of ``epoch`` use: tokens / (bins x ``max_tokens``), on all ranks."""

@@ -179,7 +179,8 @@ def _chosen_batches(dm: Any, train: Source, key: str | None, order: Any = None) 
     config = dm.train_config
     sampler = batch_sampler_for(train, batching=dm.batching, batch_size=config.batch_size, max_tokens=dm.max_tokens,
                                 key=key, seed=config.seed, shuffle=config.shuffle, drop_last=config.drop_last,
-                                num_replicas=dm.world_size, rank=dm.rank, uneven=dm.uneven, order=order)
+                                num_replicas=dm.world_size, rank=dm.rank, uneven=dm.uneven, order=order,
+                                balance=dm.balance, attention_weight=dm.attention_weight)
     return sampler.seed, sampler.epoch_batches(0)
 
 

@@ -65,12 +65,14 @@ def summary_rows(dm: Any, *, shapes: bool = True) -> list[tuple[str, str]]:
 def loader_line(dm: Any) -> str:
     """The train loader's settings that are ``shown`` (:data:`engine.loading.settings.SETTINGS`): those marked
     'always', and those marked 'changed' where they differ from their default. Under a token budget, ``max_tokens``
-    stands for ``batch_size``, which does not size these batches."""
+    stands for ``batch_size``, which does not size these batches (with packing balanced by compute, its weight)."""
     config, shown = dm.train_config, []
     for setting in LOADER_SETTINGS:
         value = getattr(config, setting.name)
         if setting.name == "batch_size" and dm.batching in BUDGET_MODES:
-            shown.append(f"max_tokens={dm.max_tokens} ({dm.batching})")
+            balanced = getattr(dm, "balance", "tokens") == "compute"
+            balance = f", balance='compute', attention_weight={dm.attention_weight:.3g}" if balanced else ""
+            shown.append(f"max_tokens={dm.max_tokens} ({dm.batching}{balance})")
         elif setting.shown == "always" or (setting.shown == "changed" and value != setting.loader.default):
             shown.append(f"{setting.name}={value}")
     return ", ".join(shown)
