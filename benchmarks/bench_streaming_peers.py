@@ -44,7 +44,7 @@ Method
     dataset + loader over an empty cache, which gets ``load_state_dict``, and the time to its first batch is
     taken; "exact" when that batch's row ids are the ones the first run delivered right after the save;
   - worker USS: peak private memory (psutil USS) of the loader's worker processes (all child processes of the
-    reader, sampled every 0.2 s through the whole run), the largest one;
+    reader, sampled every 0.2 s from the cold start to the end of the steady phase), the largest one;
   - ranks 2 -> 1: a loader as rank 0 of world size 2 (LitData: WORLD_SIZE/GLOBAL_RANK; Mosaic:
     WORLD_SIZE/RANK with one process per node; HF: ``split_dataset_by_node``) reads ``--early`` batches and saves
     its state; a loader at world size 1, in a fresh process, loads it and takes one batch: "yes" when that works
@@ -308,6 +308,10 @@ class UssSampler:
         return self
 
     def __exit__(self, *exc):
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop sampling (before the resumes, whose fresh processes are children too)."""
         self._stop.set()
         self._thread.join()
 
@@ -409,7 +413,8 @@ def _measure(peer, endpoint, rows, args, caches, out, total_batches, late_target
         _close(loader)
         del loader
         gc.collect()
-        # resumes, each from an empty cache
+        # resumes, each in a fresh process from an empty cache
+        uss.stop()
         for name, (at, state) in states.items():
             try:
                 seconds, ids = resume_in_fresh_process(peer, endpoint, cache_dir(peer, caches, f"resume-{name}"),
