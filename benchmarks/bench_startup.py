@@ -46,6 +46,7 @@ IMPORTS = {
     "import engine": ("import engine", WITHIN_MS),
     "plain loop: from engine import DataLoaderFactory, Shards, Mixture, SeededBatchSampler": (
         "from engine import DataLoaderFactory, Shards, Mixture, SeededBatchSampler", WITHIN_MS),
+    "plain module: from engine import DataModule": ("from engine import DataModule", WITHIN_MS),
     "Lightning: from engine import UniversalDataModule": ("from engine import UniversalDataModule", None),
 }
 """``case -> (statement, target ms over import torch or None)``."""

@@ -16,6 +16,8 @@ from collators.registry import CollatorEntry, CollatorRegistry, Resolution
 if TYPE_CHECKING:
     from collators.audio import AudioCollator, create_audio_collator
     from collators.default import DefaultCollator, create_default_collator
+    from collators.multimodal import ImageTextCollator, VisionLanguageCollator, create_multimodal_collator
+    from collators.multimodal_packed import PackedVisionLanguageCollator, create_packed_vision_language_collator
     from collators.packed import PackedCollator, create_packed_collator
     from collators.text import TextCollator, create_text_collator, warm_token_loops
     from collators.vision import VisionCollator, create_vision_collator
@@ -27,7 +29,12 @@ _LAZY = {
     "create_audio_collator": "collators.audio",
     "DefaultCollator": "collators.default",
     "create_default_collator": "collators.default",
+    "ImageTextCollator": "collators.multimodal",
+    "VisionLanguageCollator": "collators.multimodal",
+    "create_multimodal_collator": "collators.multimodal",
     "PackedCollator": "collators.packed",
+    "PackedVisionLanguageCollator": "collators.multimodal_packed",
+    "create_packed_vision_language_collator": "collators.multimodal_packed",
     "create_packed_collator": "collators.packed",
     "TextCollator": "collators.text",
     "create_text_collator": "collators.text",
@@ -42,13 +49,18 @@ __all__ = [
     "CollatorEntry",
     "CollatorRegistry",
     "DefaultCollator",
+    "ImageTextCollator",
     "PackedCollator",
+    "PackedVisionLanguageCollator",
     "Resolution",
     "TextCollator",
     "VisionCollator",
+    "VisionLanguageCollator",
     "create_audio_collator",
     "create_default_collator",
+    "create_multimodal_collator",
     "create_packed_collator",
+    "create_packed_vision_language_collator",
     "create_text_collator",
     "create_vision_collator",
     "warm_token_loops",

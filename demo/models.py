@@ -208,3 +208,27 @@ class AudioClassifier(DemoModel):
         normed = (features - mean) / (std + 1e-5) * weight
         pooled = _masked_mean(self.conv(normed).transpose(1, 2), mask)
         return F.cross_entropy(self.head(pooled), batch["labels"])
+
+
+class VisionLanguageLM(DemoModel):
+    """A tiny Llava-style captioner: 8x8 patches embedded by a strided convolution take the places of the image
+    tokens in the text's embeddings, then a GRU predicts each next caption token (labels shift here)."""
+
+    def __init__(self, vocab_size: int, image_token_id: int, patch_size: int = 8, dim: int = 64,
+                 lr: float = 3e-3) -> None:
+        super().__init__(lr)
+        self.image_token_id = image_token_id
+        self.patches = nn.Conv2d(3, dim, patch_size, stride=patch_size)
+        self.embed = nn.Embedding(vocab_size, dim)
+        self.rnn = nn.GRU(dim, dim, batch_first=True)
+        self.head = nn.Linear(dim, vocab_size)
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        ids = batch["input_ids"]
+        features = self.patches(batch["pixel_values"]).flatten(2).transpose(1, 2)  # [images, tokens, dim]
+        embeds = self.embed(ids)
+        slots = (ids == self.image_token_id).unsqueeze(-1)  # the images' tokens, in row order
+        embeds = embeds.masked_scatter(slots, features.reshape(-1, features.shape[-1]).to(embeds.dtype))
+        hidden, _ = self.rnn(embeds)
+        logits = self.head(hidden[:, :-1])
+        return F.cross_entropy(logits.flatten(0, 1), batch["labels"][:, 1:].flatten(), ignore_index=IGNORE_INDEX)

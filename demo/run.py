@@ -1,6 +1,6 @@
 """The demo behind ``make demo``: one short training run per preset task, with a table of what the engine chose.
 
-For each preset (lm, mlm, cls, seq2seq, vision, audio) the demo builds a :class:`UniversalDataModule` over the
+For each preset (lm, mlm, cls, seq2seq, vision, audio, vlm) the demo builds a :class:`UniversalDataModule` over the
 bundled sample data, trains a tiny model for a few dozen steps on the CPU, and prints the split sizes, the collator
 the registry chose and why, the shapes of a train batch, the padding share and the training loss at the start and
 the end. Everything is local and deterministic: the tokenizer is trained on the bundled corpus, nothing downloads.
@@ -21,9 +21,10 @@ from lightning.pytorch.callbacks import TQDMProgressBar
 
 from demo import models as demo_models
 from demo import sample_data
+from engine.tools.report_numbers import describe_images, image_numbers
 from task_spec import TaskSpec
 
-TASKS = ("lm", "mlm", "cls", "seq2seq", "vision", "audio")
+TASKS = ("lm", "mlm", "cls", "seq2seq", "vision", "audio", "vlm")
 DEFAULT_STEPS = 100
 QUICK_STEPS = 20
 WINDOW = 5
@@ -78,8 +79,15 @@ def _audio(tokenizer: Any, quick: bool) -> tuple[TaskSpec, Any, demo_models.Demo
     return spec, sample_data.audio_dataset(128 if quick else 256), model
 
 
+def _vlm(tokenizer: Any, quick: bool) -> tuple[TaskSpec, Any, demo_models.DemoModel]:
+    spec = TaskSpec.vlm_tiny().replace(additional_config={"vocab_size": len(sample_data.CAPTION_VOCAB)})
+    model = demo_models.VisionLanguageLM(len(sample_data.CAPTION_VOCAB), spec.special_tokens["image_token_id"],
+                                         spec.additional_config["patch_size"])
+    return spec, sample_data.caption_dataset(256 if quick else 512), model
+
+
 BUILDERS: dict[str, Callable[[Any, bool], tuple[TaskSpec, Any, demo_models.DemoModel]]] = {
-    "lm": _lm, "mlm": _mlm, "cls": _cls, "seq2seq": _seq2seq, "vision": _vision, "audio": _audio,
+    "lm": _lm, "mlm": _mlm, "cls": _cls, "seq2seq": _seq2seq, "vision": _vision, "audio": _audio, "vlm": _vlm,
 }
 
 
@@ -103,6 +111,7 @@ def run_task(task: str, *, steps: int, quick: bool = False, seed: int = 0, batch
                              batching="grouped" if spec.modality in ("text", "audio") else None)
     dm.setup("fit")
     report = dm.report() if report_dir is not None else None  # before training: it leaves the loaders as they are
+    images = image_numbers(dm.first_batch(), dm.collator)
     val_batches = [batch for _, batch in zip(range(EVAL_BATCHES), dm.val_dataloader())]
     val_start = model.mean_loss(val_batches)
     trainer = L.Trainer(max_steps=steps, accelerator="cpu", devices=1, enable_progress_bar=True, logger=False,
@@ -129,6 +138,7 @@ def run_task(task: str, *, steps: int, quick: bool = False, seed: int = 0, batch
         "val_loss_start": val_start,
         "val_loss_end": model.mean_loss(val_batches),
         "seconds": time.perf_counter() - started,
+        "images": describe_images(images) if images is not None else None,
         "report": str(report.save(Path(report_dir) / f"{task}.html")) if report is not None else None,
     }
 
@@ -153,6 +163,7 @@ def format_row(row: dict[str, Any]) -> str:
         ("train loss", f"{row['loss_start']:.3f} -> {row['loss_end']:.3f}  (mean of first/last {WINDOW} "
                        f"of {row['steps']} steps)"),
         ("val loss", f"{row['val_loss_start']:.3f} -> {row['val_loss_end']:.3f}  ({EVAL_BATCHES} fixed batches)"),
+        *([("images", row["images"])] if row.get("images") else []),
         ("time", f"{row['seconds']:.1f} s"),
         *([("report", row["report"])] if row.get("report") else []),
     ]

@@ -230,3 +230,42 @@ def image_dataset(n: int = 512, seed: int = 0) -> SyntheticImages:
 def audio_dataset(n: int = 256, seed: int = 0) -> SyntheticAudio:
     """``n`` synthetic variable-length 16 kHz waveforms in 4 classes (see :class:`SyntheticAudio`)."""
     return SyntheticAudio(n, seed)
+
+
+CAPTION_VOCAB = ("<pad>", "<image>", "<eos>", "a", "picture", "of", "horizontal", "vertical", "diagonal", "checkered",
+                 "stripes", "squares")
+"""The caption words of :class:`SyntheticCaptions`, in id order: ``<pad>`` is 0 and ``<image>`` 1, as
+``TaskSpec.vlm_tiny()`` has them."""
+CAPTIONS = ("a picture of horizontal stripes", "a picture of vertical stripes", "a picture of diagonal stripes",
+            "a picture of checkered squares")
+"""The caption of each class of :class:`SyntheticImages` pattern."""
+
+
+class SyntheticCaptions(_SeededRows):
+    """Map-style image-caption dataset: a :class:`SyntheticImages` pattern, resized to a side of 24 to 48 pixels and
+    encoded as JPEG bytes, with the caption that names the pattern. Rows are ``{'image': bytes, 'input_ids':
+    list[int]}`` (ids in :data:`CAPTION_VOCAB`, ending in ``<eos>``); the collator places the image's tokens first.
+    The images are made on access from ``(seed, index)``: nothing binary ships with the project."""
+
+    def __init__(self, n: int = 512, seed: int = 0) -> None:
+        super().__init__(n, seed, "caption_dataset")
+        self.images = SyntheticImages(n, seed)
+
+    def __getitem__(self, index: int) -> dict:
+        import io
+
+        from PIL import Image
+
+        index, gen = self._row(index)
+        row = self.images[index]
+        height, width = (24 + 8 * int(side) for side in torch.randint(0, 4, (2,), generator=gen))
+        picture = Image.fromarray(row["pixel_values"].permute(1, 2, 0).numpy()).resize((width, height))
+        buffer = io.BytesIO()
+        picture.save(buffer, format="JPEG", quality=90)
+        words = CAPTIONS[row["labels"]].split() + ["<eos>"]
+        return {"image": buffer.getvalue(), "input_ids": [CAPTION_VOCAB.index(word) for word in words]}
+
+
+def caption_dataset(n: int = 512, seed: int = 0) -> SyntheticCaptions:
+    """``n`` synthetic JPEG images with their captions (see :class:`SyntheticCaptions`)."""
+    return SyntheticCaptions(n, seed)

@@ -1,8 +1,9 @@
 """The data-loading engine: configs, loader factory, samplers, the UniversalDataModule and its utilities.
 
 Each public name is imported when first read (PEP 562): ``import engine`` costs next to nothing, and a plain
-training loop that uses the factory, the samplers, ``Shards`` and ``Mixture`` never imports Lightning. Only
-``UniversalDataModule``, ``MultiDataModule`` and the Lightning callbacks import it, when first read.
+training loop that uses ``DataModule``, the factory, the samplers, ``Shards``, ``Mixture`` and ``build_multi_loader``
+never imports Lightning. Only ``UniversalDataModule``, ``MultiDataModule`` and the Lightning callbacks import it, when
+first read.
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ if TYPE_CHECKING:
     from engine.core.rng import derive_seed
     from engine.core.skipped_rows import SkippedRow, SkipReport
     from engine.core.stateful import Stateful
+    from engine.datamodule.module import DataModule
     from engine.datamodule.protocol import DataModuleProtocol
     from engine.datamodule.universal import UniversalDataModule
     from engine.loading.config import DataLoaderConfig
+    from engine.loading.dcp import DCPState
     from engine.loading.factory import DataLoaderFactory
     from engine.multi.config import EpochLengthPolicy, MultiDataLoaderConfig, SamplingStrategy
-    from engine.multi.loader import MultiDataLoader
-    from engine.multi.module import MultiDataModule, build_multi_loader
+    from engine.multi.loader import MultiDataLoader, build_multi_loader
+    from engine.multi.module import MultiDataModule
     from engine.sampling.epochs import set_epoch
     from engine.sampling.eval import ShardedEvalBatchSampler
     from engine.sampling.length import LengthGroupedBatchSampler, TokenBudgetBatchSampler
@@ -32,7 +35,7 @@ if TYPE_CHECKING:
     from engine.sources.shards.listing import Shards
     from engine.sources.splits import SplitPlan, plan_splits
     from engine.sources.tokenizing.ray_tokenize import tokenize_on_ray
-    from engine.tools.device import DeviceNormalize, normalize_on_device
+    from engine.tools.device import DeviceDecode, DeviceNormalize, normalize_on_device
     from engine.tools.mixture_callback import MixtureCallback
     from engine.tools.monitor import DataMonitor
     from engine.tools.monitor_callback import DataMonitorCallback
@@ -50,16 +53,18 @@ _LAZY = {
     "SkippedRow": "engine.core.skipped_rows",
     "SkipReport": "engine.core.skipped_rows",
     "Stateful": "engine.core.stateful",
+    "DataModule": "engine.datamodule.module",
     "DataModuleProtocol": "engine.datamodule.protocol",
     "UniversalDataModule": "engine.datamodule.universal",
     "DataLoaderConfig": "engine.loading.config",
+    "DCPState": "engine.loading.dcp",
     "DataLoaderFactory": "engine.loading.factory",
     "EpochLengthPolicy": "engine.multi.config",
     "MultiDataLoaderConfig": "engine.multi.config",
     "SamplingStrategy": "engine.multi.config",
     "MultiDataLoader": "engine.multi.loader",
     "MultiDataModule": "engine.multi.module",
-    "build_multi_loader": "engine.multi.module",
+    "build_multi_loader": "engine.multi.loader",
     "set_epoch": "engine.sampling.epochs",
     "ShardedEvalBatchSampler": "engine.sampling.eval",
     "LengthGroupedBatchSampler": "engine.sampling.length",
@@ -73,6 +78,7 @@ _LAZY = {
     "SplitPlan": "engine.sources.splits",
     "plan_splits": "engine.sources.splits",
     "tokenize_on_ray": "engine.sources.tokenizing.ray_tokenize",
+    "DeviceDecode": "engine.tools.device",
     "DeviceNormalize": "engine.tools.device",
     "normalize_on_device": "engine.tools.device",
     "MixtureCallback": "engine.tools.mixture_callback",
@@ -97,13 +103,16 @@ _LAZY = {
 __all__ = [
     "Batch",
     "BatchValidationError",
+    "DCPState",
     "CollatorRegistry",
     "DataLoaderConfig",
     "DataLoaderFactory",
+    "DataModule",
     "DataModuleProtocol",
     "DataMonitor",
     "DataMonitorCallback",
     "DataReport",
+    "DeviceDecode",
     "DeviceNormalize",
     "EpochLengthPolicy",
     "LengthGroupedBatchSampler",

@@ -20,7 +20,7 @@ from task_spec.choices import (
     TASK_TYPES,
 )
 
-IDS_WRITTEN_INTO_INPUTS = ("pad_token_id", "mask_token_id")
+IDS_WRITTEN_INTO_INPUTS = ("pad_token_id", "mask_token_id", "image_token_id")
 """Special token ids the collators write into ``input_ids``, so they must lie inside the vocabulary."""
 
 
@@ -73,10 +73,12 @@ def check_target(spec: Any) -> None:
         raise ValueError(
             f"TaskSpec.target_field should be a non-empty string or None, but got {spec.target_field!r}"
         )
-    if spec.target_field is None and spec.task_type in SUPERVISED_TASK_TYPES:
+    if spec.target_field is None and spec.task_type in SUPERVISED_TASK_TYPES and spec.loss_type != "contrastive":
+        pairs = (", or loss_type='contrastive' for pairs whose pairing is the target"
+                 if spec.task_type == "classification" else "")
         raise ValueError(
             f"TaskSpec.target_field is None, but task_type={spec.task_type!r} needs a target; "
-            f"set target_field='labels' (or the key your rows use)"
+            f"set target_field='labels' (or the key your rows use){pairs}"
         )
 
 

@@ -11,7 +11,7 @@ TASK_TYPES = (
     "seq2seq",
     "token_classification",
 )
-LOSS_TYPES = ("cross_entropy", "mse", "l1", "bce", "ctc", "none")
+LOSS_TYPES = ("cross_entropy", "mse", "l1", "bce", "ctc", "contrastive", "none")
 SUPERVISED_TASK_TYPES = ("classification", "regression", "seq2seq", "token_classification")
 """Task types whose rows must carry a target; language modelling derives its labels from the inputs."""
 LANGUAGE_MODELLING_TASK_TYPES = ("causal_lm", "masked_lm")
@@ -34,19 +34,23 @@ KNOWN_KEYS: dict[str, tuple[str, ...]] = {
     # the rest are the ids a Hugging Face tokenizer defines, which users copy into a spec.
     "special_tokens": (
         "pad_token_id", "eos_token_id", "bos_token_id", "unk_token_id", "mask_token_id", "cls_token_id",
-        "sep_token_id", "decoder_start_token_id",
+        "sep_token_id", "decoder_start_token_id", "image_token_id",
     ),
     # TaskSpec properties, collators/text.py (max_target_len), collators/audio.py (sample_rate, max_length),
-    # engine/sources/tokenizing/preprocess.py, engine/tools/_batch_checks.py (image_size, num_classes, vocab_size).
+    # engine/sources/tokenizing/preprocess.py, engine/tools/_batch_checks.py (image_size, num_classes, vocab_size),
+    # collators/multimodal.py (patch_size, image_tokens, max_image_size, max_tiles).
     "additional_config": (
         "max_seq_len", "max_target_len", "vocab_size", "num_classes", "image_size", "sample_rate", "max_length",
+        "patch_size", "image_tokens", "max_image_size", "max_tiles",
     ),
     # collators/text.py and _text_options.py, collators/vision.py (normalization), collators/audio.py,
     # engine/sources/inputs.py (text fields), engine/sampling/modes.py (batching, max_tokens),
-    # engine/sources/long_rows.py (long_rows, stride).
+    # engine/sources/long_rows.py (long_rows, stride), collators/multimodal.py (resize, flip_probability,
+    # decode_device).
     "preprocessing_config": (
         "text_field", "target_text_field", "padding_side", "mlm_probability", "normalization", "features",
         "n_mels", "n_fft", "hop_length", "batching", "max_tokens", "padding", "pad_to_buckets", "long_rows", "stride",
+        "resize", "flip_probability", "decode_device",
     ),
 }
 """Keys that some stage of the data path reads, per mapping field. Other keys are kept for the user's own use,
@@ -67,7 +71,8 @@ KEY_ALIASES = {
 """Other libraries' names for known keys (Hugging Face's ``sampling_rate``, ``num_labels``, ...)."""
 
 POSITIVE_INT_KEYS = {
-    "additional_config": ("max_seq_len", "vocab_size", "num_classes", "sample_rate", "max_target_len", "max_length"),
+    "additional_config": ("max_seq_len", "vocab_size", "num_classes", "sample_rate", "max_target_len", "max_length",
+                          "patch_size", "image_tokens", "max_image_size", "max_tiles"),
     "preprocessing_config": ("n_mels", "n_fft", "hop_length", "max_tokens"),
 }
 """Known keys whose value must be a positive int when given."""

@@ -112,5 +112,24 @@ def audio_tiny() -> dict[str, Any]:
     )
 
 
-PRESETS = (lm_tiny, mlm_tiny, cls_tiny, seq2seq_tiny, vision_tiny, audio_tiny)
+def vlm_tiny() -> dict[str, Any]:
+    """Vision-language causal LM: captions after their image, 32x32 RGB images of 16 image tokens (8x8 patches),
+    64-token rows, the image placeholder at id 1 and padding at id 0. Rows carry ``input_ids`` (or ``text``) and
+    ``image`` or ``images``; the collator makes ``pixel_values``."""
+    return dict(
+        name="vlm_tiny",
+        task_type="causal_lm",
+        model_family="vision_decoder",
+        modality="multimodal",
+        input_fields=("input_ids",),
+        target_field="labels",
+        loss_type="cross_entropy",
+        metrics=("loss",),
+        special_tokens={"pad_token_id": 0, "image_token_id": 1},
+        additional_config={"max_seq_len": 64, "image_size": [3, 32, 32], "patch_size": 8},
+        preprocessing_config={"normalization": "clip"},
+    )
+
+
+PRESETS = (lm_tiny, mlm_tiny, cls_tiny, seq2seq_tiny, vision_tiny, audio_tiny, vlm_tiny)
 """Every preset, in the order the docs list them."""

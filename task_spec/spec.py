@@ -139,3 +139,8 @@ class TaskSpec:
     def audio_tiny(cls) -> TaskSpec:
         """Audio classification: 16 kHz mono waveforms up to 1 s, 4 classes, 40-band log-mel features."""
         return cls(**_presets.audio_tiny())
+
+    @classmethod
+    def vlm_tiny(cls) -> TaskSpec:
+        """Vision-language causal LM: 32x32 images of 16 image tokens before 64-token captions, placeholder id 1."""
+        return cls(**_presets.vlm_tiny())

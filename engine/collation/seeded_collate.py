@@ -5,15 +5,18 @@ from __future__ import annotations
 import inspect
 import re
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.utils.data import get_worker_info
 
 from collators import CollatorRegistry, Resolution
 from collators.columns import RowBatch
 from engine.core.rng import content_seed, generator_from
 from engine.core.skipped_rows import WithSkippedRows
+from engine.core.stage_times import StageTimes
 from engine.sources.bad_rows import named_error
 from task_spec import TaskSpec
 
@@ -36,6 +39,9 @@ class SeededCollate:
     random numbers (``draws_random = False``, as a causal-LM ``TextCollator``), are called without one.
     A batch some of whose rows were left out (``on_error='skip'``), or that carries a worker's shard-reader counts,
     comes back as a ``WithSkippedRows``, which the loader unwraps in the parent process.
+    Each batch's stage times (the source's fetch and decode, stamped on its rows, and the collate timed here) are
+    added to :attr:`stage_times` in this process; a worker process sends them back with the batch, in its
+    ``WithSkippedRows``, and the loader adds them in the parent.
     Picklable whenever the wrapped function is, so it works in spawned workers.
     """
 
@@ -45,13 +51,20 @@ class SeededCollate:
         self.reads_columns = callable(getattr(collate_fn, "collate_columns", None))
         self.content_seed_from = content_seed_from
         self.pads_text = _is_text_collator(collate_fn)
+        self.stage_times = StageTimes()
+        """Seconds per stage of the batches made in this process, and of those workers sent back."""
 
     def __call__(self, rows: list[Any]) -> Any:
+        start = time.perf_counter()
         batch = self._collate(rows)
+        times = {**(getattr(rows, "stage_s", None) or {}), "collate": time.perf_counter() - start}
         if self.pads_text and isinstance(rows, RowBatch):  # Arrow columns and tensor lists were checked at setup
             refuse_empty_rows(batch, rows)
         skipped = getattr(rows, "skipped", None)  # rows left out by on_error='skip' or 'warn'
         counts = getattr(rows, "reader_counts", None)  # a worker's shard reads since its previous batch
+        if get_worker_info() is not None:  # the times go back with the batch, to the parent's stage_times
+            return WithSkippedRows(batch, skipped, counts, times)
+        self.stage_times.add(times)
         return WithSkippedRows(batch, skipped, counts) if skipped or counts else batch
 
     def _collate(self, rows: list[Any]) -> Any:

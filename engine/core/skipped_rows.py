@@ -61,21 +61,26 @@ def check_on_error(on_error: Any, max_skipped: Any, *, is_stream: bool) -> None:
 class WithSkippedRows:
     """A collated batch together with the rows left out of it, on its way from a worker to the parent process;
     also the worker's shard-reader counts since its previous batch (``reader_counts``, see
-    :meth:`engine.sources.shards.source.ShardedSource.reader_counts`). ``pin_memory()`` pins the batch, so a
+    :meth:`engine.sources.shards.source.ShardedSource.reader_counts`) and the seconds each stage of the batch took
+    in the worker (``stage_s``, see :mod:`engine.core.stage_times`). ``pin_memory()`` pins the batch, so a
     pinning loader keeps the records."""
 
-    __slots__ = ("batch", "skipped", "reader_counts")
+    __slots__ = ("batch", "skipped", "reader_counts", "stage_s")
 
     def __init__(self, batch: Any, skipped: list[SkippedRow] | None,
-                 reader_counts: dict[str, Any] | None = None) -> None:
-        self.batch, self.skipped, self.reader_counts = batch, skipped, reader_counts
+                 reader_counts: dict[str, Any] | None = None, stage_s: dict[str, float] | None = None) -> None:
+        self.batch, self.skipped, self.reader_counts, self.stage_s = batch, skipped, reader_counts, stage_s
 
     def with_batch(self, batch: Any) -> WithSkippedRows:
         """The same records around another form of the batch (pinned, handed off)."""
-        return WithSkippedRows(batch, self.skipped, self.reader_counts)
+        return WithSkippedRows(batch, self.skipped, self.reader_counts, self.stage_s)
 
     def pin_memory(self) -> WithSkippedRows:
         return self.with_batch(pin_memory(self.batch))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # every worker batch crosses in one (its stage times): by its arguments, half the cost of pickling slots
+        return WithSkippedRows, (self.batch, self.skipped, self.reader_counts, self.stage_s)
 
 
 class SkipReport:

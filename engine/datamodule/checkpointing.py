@@ -1,6 +1,7 @@
-"""What a ``UniversalDataModule`` puts into a checkpoint and takes back: its identity, its training position and
-its configuration. The state's schema, its version and its checks live in :mod:`engine.loading.state`; this is the
-module's side of Lightning's ``state_dict`` / ``load_state_dict`` / ``load_from_checkpoint`` protocol."""
+"""What a data module puts into a checkpoint and takes back: its identity, its training position and its
+configuration. The state's schema, its version and its checks live in :mod:`engine.loading.state`; this is the
+module's side of the ``state_dict`` / ``load_state_dict`` protocol (torch's, Lightning's and DCP's names) and of
+``load_from_checkpoint``. Nothing here imports Lightning."""
 
 from __future__ import annotations
 
@@ -31,16 +32,25 @@ def shuffle_windows(source: Any) -> int | dict[str, int] | None:
 
 
 class CheckpointedModule:
-    """Mixin of :class:`engine.datamodule.universal.UniversalDataModule`: saving and resuming its training position."""
+    """Mixin of :class:`engine.datamodule.module.DataModule`: saving and resuming its training position, and
+    rebuilding it from its configuration."""
 
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: Any, map_location: Any = None, **data: Any) -> Any:
         """A module configured as the one in a Lightning checkpoint; pass the data (and tokenizer) again, e.g.
         ``UniversalDataModule.load_from_checkpoint(path, train_data=rows, tokenizer=tok)``."""
-        arguments = options.restore_configuration(read_configuration(checkpoint_path, map_location), data)
+        return cls.from_configuration(read_configuration(checkpoint_path, map_location), where=checkpoint_path, **data)
+
+    @classmethod
+    def from_configuration(cls, configuration: dict[str, Any], *, where: Any = None, **data: Any) -> Any:
+        """A module built with the arguments recorded in ``configuration`` (a module's ``dm.configuration``, or a
+        checkpoint's ``datamodule_hyper_parameters``); pass the data (and tokenizer) again, e.g.
+        ``DataModule.from_configuration(saved, train_data=rows)``. ``where``: the checkpoint read, if any."""
+        arguments = options.restore_configuration(configuration, data)
         if arguments.pop("multi_config", None) is not None:  # a module over several named datasets
-            raise ValueError(f"the checkpoint at {checkpoint_path} holds a module over several named datasets; load "
-                             f"it with MultiDataModule.load_from_checkpoint(...)")
+            held = "configuration" if where is None else f"checkpoint at {where}"
+            raise ValueError(f"the {held} holds a module over several named datasets; load it with "
+                             f"MultiDataModule.load_from_checkpoint(...)")
         return cls(**arguments)
 
     def identity(self) -> dict[str, Any]:
@@ -55,16 +65,12 @@ class CheckpointedModule:
     def state_dict(self) -> dict[str, Any]:
         """The identity (seed, fingerprints, options) and the train loader's position; microseconds to save."""
         skipped = {} if self.skipped.on_error == "raise" else {SKIPPED_ROWS: self.skipped.state_dict()["train"]}
-        return {**self.identity(), **self._position.save(epoch_batches=self._trainer_epoch_batches()), **skipped}
+        return {**self.identity(), **self._position.save(epoch_batches=self._epoch_batches()), **skipped}
 
-    def _trainer_epoch_batches(self) -> int | None:
-        """The batches per epoch of the attached Lightning trainer where it ends its epochs before the train
-        loader's pass ends (``limit_train_batches``); None otherwise."""
-        limit = getattr(self.trainer, "num_training_batches", None)
-        loader = self._position.loader
-        if not isinstance(limit, int) or loader is None or self._stream is not None:
-            return None
-        return limit if limit < len(loader) else None
+    def _epoch_batches(self) -> int | None:
+        """The batches per epoch where the training loop ends its epochs before the train loader's pass ends (a
+        Lightning trainer's ``limit_train_batches``); None for a loop that runs each pass to its end."""
+        return None
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Continue from ``state_dict``: the next training batch is the one after the last saved one.
@@ -81,7 +87,7 @@ class CheckpointedModule:
             if SKIPPED_ROWS in state_dict:
                 self.skipped.load_state_dict({"train": state_dict[SKIPPED_ROWS]})
             self._position.load(state_dict, retired_because=(
-                "UniversalDataModule.load_state_dict() replaced this train loader; call dm.train_dataloader() "
-                "again and iterate the new loader to continue from the loaded state"))
+                f"{type(self).__name__}.load_state_dict() replaced this train loader; call dm.train_dataloader() "
+                f"again and iterate the new loader to continue from the loaded state"))
             if "train" in self.datasets:
                 self.train_dataloader()  # hands the loader its state now, so a bad position is refused here

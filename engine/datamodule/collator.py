@@ -61,7 +61,7 @@ def module_collator(spec: TaskSpec | None, tokenizer: Any, collate_fn: Any, name
     """A data module's collator and how it was chosen: :func:`build_collator`, asking for the packed collator
     when ``batching='packed'`` (unless one was named or given), with ``keep_uint8`` for ``device_normalize``, and
     its pad id checked against the tokenizer."""
-    asked = packed_collator_name(batching, name, collate_fn)
+    asked = packed_collator_name(batching, name, collate_fn, spec.modality if spec is not None else None)
     collator, resolution = build_collator(spec, tokenizer, collate_fn, asked,
                                           options.device_normalize_kwargs(device_normalize, collate_fn, spec, kwargs))
     options.check_pad_id(collator, tokenizer)

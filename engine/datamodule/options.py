@@ -170,7 +170,8 @@ def restore_configuration(configuration: Mapping[str, Any], given: Mapping[str, 
     missing = [name for name in arguments.pop(NOT_PLAIN, []) if name not in given]
     if missing:
         raise ValueError(f"the checkpoint's module was built with {missing}, which a checkpoint cannot hold as plain "
-                         f"values; pass {', '.join(f'{name}=...' for name in missing)} to load_from_checkpoint")
+                         f"values; pass {', '.join(f'{name}=...' for name in missing)} to load_from_checkpoint "
+                         f"(or from_configuration)")
     spec = arguments.get("task_spec")
     if isinstance(spec, Mapping) and "task_type" in spec:
         arguments["task_spec"] = TaskSpec(**spec)

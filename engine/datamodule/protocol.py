@@ -7,8 +7,10 @@ from typing import Any, Protocol, runtime_checkable
 
 @runtime_checkable
 class DataModuleProtocol(Protocol):
-    """Anything with ``train_dataloader()`` and ``val_dataloader()``: a UniversalDataModule, a Lightning
-    ``LightningDataModule``, or a plain class. ``isinstance`` checks work at run time.
+    """Anything with ``train_dataloader()`` and ``val_dataloader()``: a :class:`~engine.datamodule.module.DataModule`
+    (no Lightning), a ``UniversalDataModule`` (a ``LightningDataModule``, which a ``Trainer`` requires), a
+    ``MultiDataModule``, another ``LightningDataModule``, or a plain class. Code that only needs the loaders types
+    against this protocol and so never needs Lightning. ``isinstance`` checks work at run time.
 
     Example:
         >>> class Loaders:

@@ -10,7 +10,7 @@ import multiprocessing
 import pickle
 import sys
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -129,7 +129,8 @@ class DataLoaderFactory:
             source, batching=batching, batch_size=config.batch_size, max_tokens=max_tokens, key=key,
             seed=config.seed, shuffle=config.shuffle, drop_last=config.drop_last, num_replicas=num_replicas,
             rank=rank, uneven=uneven, max_length=getattr(config.collate_fn, "max_length", None), order=order,
-            balance=balance, attention_weight=attention_weight)
+            balance=balance, attention_weight=attention_weight,
+            measure=getattr(config.collate_fn, "row_length", None))
         return self.create_dataloader(source, config, batch_sampler=sampler, rank=rank, num_replicas=num_replicas,
                                       uneven=uneven)
 
@@ -151,9 +152,12 @@ def batch_sampler_for(source: Any, *, batching: str, batch_size: int, seed: int,
                       max_tokens: int | None = None, shuffle: bool = True, drop_last: bool = False,
                       num_replicas: int = 1, rank: int = 0, uneven: str = "pad",
                       max_length: int | None = None, order: EpochOrder | None = None, balance: str = "tokens",
-                      attention_weight: float | None = None) -> EpochBatchSampler:
+                      attention_weight: float | None = None,
+                      measure: Callable[[Any], int] | None = None) -> EpochBatchSampler:
     """The training batch sampler of a resolved ``batching`` mode (see :mod:`engine.sampling.modes`).
 
+    ``measure`` (a collator's ``row_length``) gives each row's length where the stored field's does not (a
+    vision-language row's image tokens count too).
     ``max_length`` (packed only) is the collator's truncation, so rows are packed at the length they will have.
     ``order`` (a mixture's) replaces the sampler's own shuffle; by default sharded data gets its block order.
     ``balance='compute'`` (packed only) balances each step's ranks by the cost model of ``attention_weight``.
@@ -163,7 +167,7 @@ def batch_sampler_for(source: Any, *, batching: str, batch_size: int, seed: int,
     if batching == "plain":
         rows = order.size if order is not None and order.varies else len(source)
         return SeededBatchSampler(rows, batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last, **ranks)
-    lengths = lengths_of(source, key)
+    lengths = lengths_of(source, key, measure)
     if batching == "grouped":
         return LengthGroupedBatchSampler(lengths, batch_size, seed=seed, drop_last=drop_last, **ranks)
     if batching == "packed":

@@ -25,6 +25,7 @@ from torch.utils.data import IterableDataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from engine.collation.handoff import widen_result_pipe
+from engine.collation.seeded_collate import SeededCollate
 from engine.core.compat import (
     BuildsWorkerProcessIterators,
     WatchesItsIterator,
@@ -42,6 +43,7 @@ from engine.core.compat import (
 )
 from engine.core.distributed import stop_together
 from engine.core.skipped_rows import SkipReport, WithSkippedRows
+from engine.core.stage_times import StageTimes, TimesItsStages
 
 
 class Executor(Protocol):
@@ -90,6 +92,14 @@ class ResumableLoader(WatchesItsIterator, BuildsWorkerProcessIterators, Stateful
     skipped: SkipReport | None = None
     """Where the rows its source leaves out are recorded (the module's ``dm.skipped``; one of its own if unset)."""
 
+    @property
+    def stage_times(self) -> StageTimes:
+        """Seconds per stage (fetch, decode, collate) of the batches this loader made, in workers too; the
+        engine's collate step keeps them (see :mod:`engine.core.stage_times`)."""
+        if isinstance(self.collate_fn, SeededCollate):
+            return self.collate_fn.stage_times
+        return self.__dict__.setdefault("_stage_times", StageTimes())
+
     def __init__(self, dataset: Any, *, executor: Executor | None = None, **kwargs: Any) -> None:
         super().__init__(dataset, **kwargs)
         self.is_stream = isinstance(dataset, IterableDataset)
@@ -100,11 +110,11 @@ class ResumableLoader(WatchesItsIterator, BuildsWorkerProcessIterators, Stateful
         begin_pass = getattr(self.dataset, "begin_pass", None)
         if callable(begin_pass):  # state such as the epoch that worker processes share is set here, never in them
             begin_pass()
-        batches = self.executor.start_pass()
-        if self.is_stream:  # its rows are not counted, and the ranks of a sharded stream end the pass together
+        batches = checked(self.executor.start_pass(), self)
+        if self.is_stream:  # the ranks of a sharded stream end the pass together
             sharded = getattr(self.dataset, "world_size", 1) > 1 and dist.is_available() and dist.is_initialized()
             return stop_together(batches) if sharded else batches
-        return checked(batches, self)
+        return batches
 
     def _dropped(self, iterator: Any) -> None:
         self.executor.dropped(iterator)
@@ -217,10 +227,10 @@ class CheckedBatches:
 
     def __init__(self, batches: Any, loader: Any) -> None:
         self._batches, self._report, self._dataset = batches, loader.skipped, loader.dataset
+        self._stage_times = loader.stage_times if isinstance(loader, TimesItsStages) else None
         self._loader = weakref.ref(loader)
         self._split = getattr(loader.dataset, "role", "data")
-        replicas = getattr(loader.batch_sampler, "num_replicas", 1)
-        self._rows_in_pass = -(-len(loader.dataset) // replicas)
+        self._replicas = getattr(loader.batch_sampler, "num_replicas", 1)
         self._in_pass: list[Any] = []
 
     def __iter__(self) -> CheckedBatches:
@@ -236,9 +246,12 @@ class CheckedBatches:
                     self._report.add(batch.skipped)
                     self._leave_out(batch.skipped)
                     self._in_pass.extend(batch.skipped)
-                    self._report.check_cap(self._split, len(self._in_pass), self._rows_in_pass, self._in_pass)
+                    rows_in_pass = -(-len(self._dataset) // self._replicas)  # map-style data: a stream skips no rows
+                    self._report.check_cap(self._split, len(self._in_pass), rows_in_pass, self._in_pass)
                 if batch.reader_counts:  # a worker's shard reads, added to the parent's source
                     self._dataset.add_worker_counts(batch.reader_counts)
+                if batch.stage_s and self._stage_times is not None:  # a worker's stage times, with the parent's
+                    self._stage_times.add(batch.stage_s)
                 batch = batch.batch
             return batch
         except StopIteration:

@@ -250,3 +250,18 @@ class _EpochHook:
 
     def set_epoch(self, epoch: int) -> None:
         self.multi.set_epoch(epoch)
+
+
+def build_multi_loader(
+    named_loaders: Mapping[str, Any], config: MultiDataLoaderConfig | None = None
+) -> MultiDataLoader:
+    """A :class:`MultiDataLoader` over ``{name: loader}`` (e.g. one StatefulDataLoader per dataset and task spec).
+
+    Example:
+        >>> multi = build_multi_loader({"a": [1, 2, 3], "b": [10]}, MultiDataLoaderConfig(cycle_short_loaders=False))
+        >>> list(multi)
+        [('a', 1), ('b', 10), ('a', 2), ('a', 3)]
+    """
+    if not isinstance(named_loaders, Mapping) or not named_loaders:
+        raise ValueError(f"named_loaders should be a non-empty dict of name -> loader, but got {named_loaders!r}")
+    return MultiDataLoader(named_loaders, config)

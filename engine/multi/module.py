@@ -24,7 +24,7 @@ from engine.loading.state import (
     check_structure,
 )
 from engine.multi.config import MultiDataLoaderConfig
-from engine.multi.loader import MultiDataLoader
+from engine.multi.loader import MultiDataLoader, build_multi_loader
 from engine.sources.kinds import DATASETS, is_hf_dataset_dict, is_named_datasets
 from engine.tools.report import DataReport
 from task_spec import TaskSpec
@@ -233,18 +233,3 @@ def _per_name(value: Any, names: list[str], what: str) -> dict[str, Any]:
         raise ValueError(f"{what} names {sorted(value)} do not match the train datasets {sorted(names)}; "
                          f"give one {what} per name, or a single {what} for all")
     return dict(value)
-
-
-def build_multi_loader(
-    named_loaders: Mapping[str, Any], config: MultiDataLoaderConfig | None = None
-) -> MultiDataLoader:
-    """A :class:`MultiDataLoader` over ``{name: loader}`` (e.g. one StatefulDataLoader per dataset and task spec).
-
-    Example:
-        >>> multi = build_multi_loader({"a": [1, 2, 3], "b": [10]}, MultiDataLoaderConfig(cycle_short_loaders=False))
-        >>> list(multi)
-        [('a', 1), ('b', 10), ('a', 2), ('a', 3)]
-    """
-    if not isinstance(named_loaders, Mapping) or not named_loaders:
-        raise ValueError(f"named_loaders should be a non-empty dict of name -> loader, but got {named_loaders!r}")
-    return MultiDataLoader(named_loaders, config)

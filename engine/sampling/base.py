@@ -122,6 +122,8 @@ class EpochBatchSampler(Sampler[list[int]]):
         """This rank's batches of the current epoch. After an elastic resume, the steps served on other ranks count
         too, as the caller's (Lightning's) restored step count within the epoch does."""
         elsewhere = sum(position for _, position in self._pass.served)
+        if self.mixture is not None:  # the steps of the epoch served under a mixture this one went on from
+            elsewhere += self.mixture.steps_before(self._pass.epoch)
         return elsewhere + len(self._batches(self._pass.epoch, self._pass.served))
 
     def __iter__(self) -> Iterator[BatchIndices]:
@@ -184,6 +186,11 @@ class EpochBatchSampler(Sampler[list[int]]):
             )
         saved = PassState.from_state(state)
         if self.mixture is not None and not self.mixture.check_saved(state.get("mixture")):
+            if self.mixture.continues(state["mixture"]):  # the rest of the epoch, in an order of its own
+                saved_global = check_saved_int("sampler state", "global_batch", state.get("global_batch", 1), low=1)
+                segments = elastic.check_segments(state.get("served", ()), saved_global)
+                self.mixture.check_taken(state["mixture"], saved.position + sum(steps for _, steps in segments))
+                return PassState.at(saved.epoch, 0, saved.offset)
             return PassState.at(saved.epoch + 1, 0, saved.offset)  # another mixture goes on from the next epoch
         anchored = self.mixture.anchor(state.get("mixture")) if self.mixture is not None else None
         try:  # the mixture plans the saved epoch from where it starts, not every epoch before it
@@ -231,6 +238,7 @@ class EpochBatchSampler(Sampler[list[int]]):
             self.check_options(state)
         saved = self.check_state(state)
         if changed:  # another mixture's checkpoint: this one's epochs start at the loaded epoch, at the saved step
+            # (the rest of the saved epoch, on_change='continue')
             self.mixture.start_at(saved.epoch, state.get("mixture"))
             self._cache = None
         self._pass = self._pass.loaded(saved, len(self._batches(saved.epoch, saved.served)))

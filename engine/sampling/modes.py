@@ -67,10 +67,12 @@ def resolve_balance(spec: Any, balance: str | None, attention_weight: float | No
     return balance, check_balance(balance, attention_weight)
 
 
-def packed_collator_name(batching: str, collator_name: str | None, collate_fn: Any) -> str | None:
-    """The registry name the module asks for: 'packed' for packed batches unless the user chose a collator."""
+def packed_collator_name(batching: str, collator_name: str | None, collate_fn: Any,
+                         modality: str | None = None) -> str | None:
+    """The registry name the module asks for: for packed batches, unless the user chose a collator, 'packed'
+    ('vision_language_packed' for a multimodal spec, whose rows pack with their image tokens)."""
     if batching == "packed" and collator_name is None and collate_fn is None:
-        return "packed"
+        return "vision_language_packed" if modality == "multimodal" else "packed"
     return collator_name
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -11,10 +12,12 @@ from engine.sources.rows import MapSource, empty_rows_error
 from engine.sources.shards.source import ShardedSource
 
 
-def lengths_of(source: Any, key: str | None = None) -> np.ndarray:
+def lengths_of(source: Any, key: str | None = None, measure: Callable[[Any], int] | None = None) -> np.ndarray:
     """The length of every row's ``key`` field as a 1-D int64 array, read as cheaply as the source allows: the
     source's own :meth:`~engine.sources.protocol.Source.lengths` (Arrow offsets, tensor shapes, a shard's list
     offsets, a user's declared lengths), else each part of a mixture on its own, else ``len(row[key])`` row by row.
+    ``measure`` (a collator's ``row_length``: a vision-language row counts its image tokens) measures each row
+    instead, row by row.
 
     Raises:
         KeyError: ``key`` is not a column / row key.
@@ -23,9 +26,9 @@ def lengths_of(source: Any, key: str | None = None) -> np.ndarray:
     source = as_source(source)
     parts = [part for _, part in source.parts()]
     if parts != [source]:  # a mixture: its sources one after another, each measured once, as it allows
-        return np.concatenate([lengths_of(part, key) for part in parts])
-    lengths = source.lengths(key)
-    return lengths if lengths is not None else _row_lengths(source, key)
+        return np.concatenate([lengths_of(part, key, measure) for part in parts])
+    lengths = source.lengths(key) if measure is None else None
+    return lengths if lengths is not None else _row_lengths(source, key, measure=measure)
 
 
 def check_no_empty_rows(source: MapSource, key: str | None, role: str) -> None:
@@ -49,7 +52,8 @@ def check_no_empty_rows(source: MapSource, key: str | None, role: str) -> None:
     raise empty_rows_error([source.dataset_index(int(position)) for position in empty[:5]], int(empty.size), key, role)
 
 
-def _row_lengths(source: MapSource, key: str | None, chunk: int = 1024) -> np.ndarray:
+def _row_lengths(source: MapSource, key: str | None, chunk: int = 1024,
+                 measure: Callable[[Any], int] | None = None) -> np.ndarray:
     if getattr(source, "transform", None) is not None:  # rows as stored: a transform augments, it sets no length
         source = source.for_role(source.role, None)
     # A row that fails to read (on_error='skip') measures 1: a sampler places it like a short row, and the batch
@@ -59,6 +63,9 @@ def _row_lengths(source: MapSource, key: str | None, chunk: int = 1024) -> np.nd
         positions = list(range(start, min(start + chunk, len(source))))
         rows = source.__getitems__(positions)
         for index, row in zip(getattr(rows, "positions", None) or positions, rows):  # the rows that were read
+            if measure is not None:
+                lengths[index] = measure(row)
+                continue
             if key is not None:
                 if not hasattr(row, "keys") or key not in row:
                     found = sorted(row) if hasattr(row, "keys") else type(row).__name__

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,6 +20,7 @@ import numpy as np
 
 from collators.columns import ColumnBatch, RaggedColumn, RowBatch, SpanColumn
 from engine.core.rng import derive_seed
+from engine.core.stage_times import stamp
 from engine.sources.rows import ColumnarSource, MapSource
 from engine.sources.shards.source import ShardedSource
 from engine.sources.transforms import RowTransform
@@ -95,7 +97,10 @@ class MixedSource(ColumnarSource):
         """The batch at ``indices``; in a loader worker it carries, by name, what each sharded source's reader did
         since the worker's previous batch (``reader_counts``, for :meth:`add_worker_counts` in the parent)."""
         sent = {name: (source, source._unsent()) for name, source in self._counted().items()}
+        start = time.perf_counter()
         batch = self._read(indices)
+        if not getattr(batch, "stage_s", None):  # columns merged from every source: one fetch
+            stamp(batch, "fetch", time.perf_counter() - start)
         counts = {name: new for name, (source, before) in sent.items()
                   if before is not None and (new := source._since_sent(before))}
         if counts:
@@ -171,6 +176,7 @@ class MixedSource(ColumnarSource):
         rows: list[Any] = [None] * len(which)
         kept = np.ones(len(which), dtype=bool)
         skipped, users = [], [0] * len(which)
+        times: dict[str, float] = {}  # each stage summed over the sources read
         for number in np.unique(which).tolist():
             places = np.flatnonzero(which == number)
             part = _Indices(within[places].tolist())
@@ -178,6 +184,8 @@ class MixedSource(ColumnarSource):
             source = self.sources[number]  # a sharded source's reads are sent by this __getitems__, once per reader
             batch = source._read(part) if isinstance(source, ShardedSource) else source.__getitems__(part)
             positions = batch.positions if batch.positions is not None else list(part)
+            for stage, seconds in (getattr(batch, "stage_s", None) or {}).items():
+                times[stage] = times.get(stage, 0.0) + seconds
             users_read = batch.indices if batch.indices is not None else positions
             read = iter(zip(batch, positions, users_read))
             pending = next(read, None)
@@ -197,6 +205,7 @@ class MixedSource(ColumnarSource):
         out.sources = [self.names[number] for number, keep in zip(which.tolist(), kept) if keep]
         out.positions = [int(row) for row, keep in zip(np.asarray(indices), kept) if keep]
         out.skipped = skipped or None
+        out.stage_s = times or None
         return out
 
     def for_role(self, role: str, transform: RowTransform | None) -> MixedSource:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import time
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -14,6 +15,7 @@ from torch.utils.data import Dataset
 
 from collators.columns import ColumnBatch, RowBatch
 from engine.core.rng import hash_into
+from engine.core.stage_times import stamp
 from engine.sources.bad_rows import READ_FIX, named_error, read_skipping, transform_skipping
 from engine.sources.protocol import EpochBlocks
 from engine.sources.transforms import RowTransform, TransformFailed
@@ -39,6 +41,7 @@ class MapSource(Dataset):
 
     def __getitems__(self, indices: Sequence[int]) -> RowBatch:
         positions = list(indices)
+        start = time.perf_counter()
         try:
             rows = RowBatch(self._fetch(positions))
         except Exception as error:  # find the row (only now: no per-row cost on the way that works)
@@ -47,8 +50,11 @@ class MapSource(Dataset):
             kept, positions, skipped = read_skipping(self, positions, error)
             rows = RowBatch(kept)
             rows.skipped = skipped
+        fetched = time.perf_counter()
         if self.transform is not None:
             rows, positions = self.transformed(rows, positions, getattr(indices, "epoch", None) or 0)
+            stamp(rows, "decode", time.perf_counter() - fetched)
+        stamp(rows, "fetch", fetched - start)
         rows.rng_seed, rows.role = getattr(indices, "rng_seed", None), self.role
         rows.indices = self.user_indices(positions)  # the user's rows, named if the batch fails to collate
         rows.positions = positions
@@ -217,6 +223,7 @@ class ColumnarSource(MapSource):
         if not self.hands_columns or self.transform is not None or not self.columnar():
             return super().__getitems__(indices)
         positions = list(indices)
+        start = time.perf_counter()
         try:
             columns = self.fetch_columns(positions)
         except Exception:
@@ -224,8 +231,10 @@ class ColumnarSource(MapSource):
             if rows.skipped:
                 return rows
             raise  # every row reads on its own: the column read itself failed
-        return ColumnBatch(columns, len(positions), rng_seed=getattr(indices, "rng_seed", None), role=self.role,
-                           indices=self.user_indices(positions))
+        batch = ColumnBatch(columns, len(positions), rng_seed=getattr(indices, "rng_seed", None), role=self.role,
+                            indices=self.user_indices(positions))
+        stamp(batch, "fetch", time.perf_counter() - start)
+        return batch
 
 
 def empty_rows_error(rows: list[int], count: int, key: str | None, role: str) -> ValueError:

@@ -1,4 +1,4 @@
-"""Device-side image normalization: batches stay uint8 through the loader and become float after transfer.
+"""Device-side image work: uint8 batches normalized after transfer, and encoded JPEGs decoded on the device.
 
 A uint8 batch is a quarter of the bytes of its float32 form to collate, pin and copy to the GPU; the
 scaling and normalization then run on the device as one subtract and one divide with mean and std scaled
@@ -99,3 +99,48 @@ def normalize_on_device(batch: Any, *, mean: Sequence[float], std: Sequence[floa
     """
     return DeviceNormalize(mean=mean, std=std, key=key, dtype=dtype)(batch)
 
+
+
+class DeviceDecode:
+    """Decode the JPEGs a vision-language collator left encoded (``decode_device``), then resize and normalize them
+    with the collator's image step, on ``device``: ``torchvision.io.decode_jpeg`` decodes the batch's list at once.
+
+    Run it on the batch before it moves to the device (the encoded bytes must be on the CPU; the data module does it
+    in ``on_before_batch_transfer``). The result has ``pixel_values`` on ``device`` in place of the encoded images.
+
+    Args:
+        images: The collator's :class:`collators._vlm_images.ImagePipeline`.
+        device: Where to decode (``'cuda'``; ``'cpu'`` runs the same steps on the CPU).
+        key: Key of the pixels in the batch.
+    """
+
+    def __init__(self, images: Any, device: str, key: str = "pixel_values") -> None:
+        self.images, self.device, self.key = images, torch.device(device), key
+
+    @classmethod
+    def from_collator(cls, collator: Any) -> DeviceDecode | None:
+        """The decoding a collator with ``decode_device`` leaves to the device; None for any other collator."""
+        device = getattr(collator, "decode_device", None)
+        return None if device is None else cls(collator.images, device, collator.image_field)
+
+    def __call__(self, batch: Mapping[str, Any]) -> dict[str, Any]:
+        """A new batch with ``pixel_values`` decoded on the device (the caller's batch is not changed)."""
+        from torchvision.io import ImageReadMode, decode_jpeg
+
+        from collators.multimodal import ENCODED_KEY, FLIPS_KEY
+
+        if ENCODED_KEY not in batch:
+            raise KeyError(f"the batch has no {ENCODED_KEY!r} (keys: {sorted(batch)}); DeviceDecode finishes the "
+                           f"batches of a collator built with decode_device=...")
+        out = {key: value for key, value in batch.items() if key not in (ENCODED_KEY, FLIPS_KEY)}
+        encoded, flips = batch[ENCODED_KEY], batch[FLIPS_KEY].tolist()
+        if not encoded:
+            size = self.images.image_size or (0, 0)
+            out[self.key] = torch.zeros((0, 3, *size), device=self.device)
+            return out
+        decoded = decode_jpeg(list(encoded), mode=ImageReadMode.RGB, device=self.device)
+        out[self.key] = self.images.finish([self.images.resized(image) for image in decoded], flips)
+        return out
+
+    def __repr__(self) -> str:
+        return f"DeviceDecode(device={str(self.device)!r}, key={self.key!r})"

@@ -131,6 +131,25 @@ def mixture_bars(numbers: Mapping[str, Any]) -> str:
                                           "served since the start of training.")
 
 
+def mixture_weights(numbers: Mapping[str, Any]) -> str:
+    """Each source's weight by training step (``numbers['weights_by_step']`` of a mixture summary): a schedule's
+    switches and ramps, and a dashed line at each step where the run went on from a checkpoint of another
+    mixture."""
+    by_step = numbers["weights_by_step"]
+    figure, axes = _figure((4.6, 2.7))
+    for index, (name, weights) in enumerate(by_step["weights"].items()):
+        axes.plot(by_step["steps"], weights, label=name, color=COLORS[index % len(COLORS)], linewidth=1.6)
+    for number, step in enumerate(by_step["changes"]):
+        axes.axvline(step, color="#555555", linestyle="--", linewidth=1,
+                     label="another mixture's checkpoint" if number == 0 else None)
+    axes.set_ylim(0, 1.3)  # headroom: the legend sits above the lines
+    axes.legend(fontsize=8, frameon=False, loc="upper center", ncol=min(4, len(by_step["weights"]) + 1))
+    where = "step" if "block" not in numbers else "block"
+    _style(axes, f"mixture weights by {where}", where, "weight")
+    return figure_html(figure, "mixture-weights", "Each source's weight at each step since the start of training; "
+                                                  "a dashed line marks a change of mixture on resume.")
+
+
 def class_name(label: int, names: Sequence[str] | None) -> str:
     """``label``'s name where ``names`` has one, else the number."""
     return names[label] if names is not None and 0 <= label < len(names) else str(label)

@@ -1,24 +1,32 @@
-"""A data-path monitor: throughput, padding, time spent waiting for data, and memory of the process and workers.
+"""A data-path monitor: throughput, padding, time spent waiting for data, where the loader's time goes, and memory
+of the process and workers.
 
 Use it around any loader (``for batch in monitor.wrap(loader)``) or as a Lightning callback
 (:class:`~engine.tools.monitor_callback.DataMonitorCallback`, in a module of its own so the monitor needs no
-Lightning). Waiting time is the time spent inside ``next()`` on the loader: the part of a
-training step lost to data. Memory is the resident set size (psutil) of this process and of its child
-processes, which are the loader's workers (and any other children the process started).
+Lightning). Waiting time is the time spent inside ``next()`` on the loader (and in the copy to the device, with
+``wrap(loader, device=...)``): the part of a training step lost to data. The engine's loaders time each batch's
+stages where they run, in workers too (:mod:`engine.core.stage_times`); the monitor reports their means per batch.
+:meth:`DataMonitor.rank_waits` gathers every rank's wait into one table (:mod:`engine.tools.rank_waits`). Memory
+is the resident set size (psutil) of this process and of its child processes, which are the loader's workers (and
+any other children the process started).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import psutil
 import torch
 
 from engine.core.checks import check_int
+from engine.core.distributed import rank_and_world
+from engine.core.stage_times import StageTimes, TimesItsStages
 from engine.tools.inline import InlineFigure
+from engine.tools.rank_waits import RankWait, RankWaits, gather_waits
+from engine.tools.transfer import move_to_device
 
 MB = 1024 * 1024
 
@@ -47,17 +55,31 @@ class MonitorStats:
     """Resident memory of the child processes (loader workers), summed, at the last sample."""
     peak_rss_mb: float
     """Largest process + children total seen."""
+    stages_ms: dict[str, float] = field(default_factory=dict)
+    """Milliseconds per batch of each stage the loader timed (fetch, decode, collate; transfer with ``device=``),
+    where it ran (in a worker, that worker's time: it overlaps the step)."""
+    ranks: RankWaits | None = None
+    """Every rank's wait and stages, from ``stats(gather=True)``; None otherwise."""
 
     def as_dict(self) -> dict[str, float]:
-        """The stats as numbers (``padding_share`` left out when unknown), ready for a logger."""
-        return {key: float(value) for key, value in asdict(self).items() if value is not None}
+        """The stats as numbers (``padding_share`` left out when unknown; ``stage_<name>_ms`` per stage, and
+        ``wait_imbalance`` when gathered), ready for a logger."""
+        numbers = {item.name: float(getattr(self, item.name)) for item in fields(self)
+                   if item.name not in ("stages_ms", "ranks") and getattr(self, item.name) is not None}
+        numbers.update({f"stage_{stage}_ms": value for stage, value in self.stages_ms.items()})
+        if self.ranks is not None:
+            numbers["wait_imbalance"] = self.ranks.imbalance
+        return numbers
 
     def __str__(self) -> str:
         padding = "n/a" if self.padding_share is None else f"{self.padding_share:.1%}"
+        stages = ", ".join(f"{stage} {ms:.2f} ms" for stage, ms in self.stages_ms.items())
         return (f"{self.batches} batches in {self.elapsed_s:.2f}s: {self.batches_per_s:.1f} batches/s, "
                 f"{self.samples_per_s:.1f} samples/s, {self.tokens_per_s:.0f} tokens/s; waited for data "
                 f"{self.wait_s:.2f}s ({self.wait_share:.0%}); padding {padding}; RSS {self.rss_mb:.0f} MB + "
-                f"workers {self.worker_rss_mb:.0f} MB (peak {self.peak_rss_mb:.0f} MB)")
+                f"workers {self.worker_rss_mb:.0f} MB (peak {self.peak_rss_mb:.0f} MB)"
+                + (f"; per batch: {stages}" if stages else "")
+                + (f"; {self.ranks.summary()}" if self.ranks is not None else ""))
 
 
 def batch_counts(batch: Any) -> tuple[int, int, int, int]:
@@ -95,6 +117,7 @@ class DataMonitor:
         check_int("memory_every", memory_every, minimum=1)
         self.memory_every = memory_every
         self._process = psutil.Process()
+        self._loader_times: StageTimes | None = None  # the watched loader's, kept across resets
         self.reset()
 
     def reset(self) -> None:
@@ -105,6 +128,10 @@ class DataMonitor:
         self._fetch_starts: list[float] = []  # when each batch was asked for: its step starts there
         self._last_end: float | None = None
         self.rss_mb = self.worker_rss_mb = self.peak_rss_mb = 0.0
+        self._transfer = StageTimes()  # the copies to the device this monitor made
+        self._since: tuple[dict[str, float], dict[str, int]] | None = None
+        if self._loader_times is not None:
+            self.watch(self._loader_times)
         self._start = time.perf_counter()
         self._stop: float | None = None
 
@@ -116,8 +143,17 @@ class DataMonitor:
         self._stop = time.perf_counter()
         self.sample_memory()
 
-    def wrap(self, loader: Iterable[Any]) -> Iterator[Any]:
-        """Iterate ``loader``, timing each ``next()`` and recording each batch."""
+    def watch(self, stage_times: StageTimes) -> None:
+        """Report the stage times a loader adds up (``loader.stage_times``) from now on; :meth:`wrap` does this for
+        the engine's loaders, and the Lightning callback for the trainer's train loader."""
+        self._loader_times, self._since = stage_times, stage_times.snapshot()
+
+    def wrap(self, loader: Iterable[Any], *, device: torch.device | str | None = None) -> Iterator[Any]:
+        """Iterate ``loader``, timing each ``next()`` and recording each batch. With ``device``, each batch is
+        yielded moved there (:func:`~engine.tools.transfer.move_to_device`), the copy timed as the ``transfer``
+        stage and counted in the wait (the step waits for it; a CUDA copy is synchronized to be timed)."""
+        if isinstance(loader, TimesItsStages):
+            self.watch(loader.stage_times)
         iterator = iter(loader)
         while True:
             start = time.perf_counter()
@@ -127,8 +163,31 @@ class DataMonitor:
                 self.wait_s += time.perf_counter() - start
                 self.end_step(start)  # the last step ended when the loop asked for one more batch
                 return
+            if device is not None:
+                copied = time.perf_counter()
+                batch = move_to_device(batch, device)
+                if torch.device(device).type == "cuda":
+                    torch.cuda.synchronize(device)
+                self._transfer.add({"transfer": time.perf_counter() - copied})
             self.record(batch, wait_s=time.perf_counter() - start)
             yield batch
+
+    def stages_ms(self) -> dict[str, float]:
+        """Milliseconds per batch of each stage timed since :meth:`watch` (or the reset), and of the transfer."""
+        means = self._loader_times.mean_ms(self._since) if self._loader_times is not None else {}
+        return {**means, **self._transfer.mean_ms()}
+
+    def rank_wait(self) -> RankWait:
+        """This rank's wait and stage times since the start (its rank from ``torch.distributed``, else 0)."""
+        rank = (rank_and_world() or (0, 1))[0]
+        elapsed = (self._stop or time.perf_counter()) - self._start
+        return RankWait(rank, self.batches, self.wait_s, elapsed, 1000 * max(self._waits, default=0.0),
+                        self.stages_ms())
+
+    def rank_waits(self, group: Any = None) -> RankWaits:
+        """Every rank's :meth:`rank_wait` in one table, with the imbalance (max/mean wait). A collective: every rank
+        calls it (at report time; a few floats per rank over gloo). One process: this rank alone."""
+        return gather_waits(self.rank_wait(), group)
 
     def record(self, batch: Any, wait_s: float = 0.0) -> None:
         """Count one batch that took ``wait_s`` seconds to arrive."""
@@ -185,8 +244,9 @@ class DataMonitor:
         self.worker_rss_mb = worker / MB
         self.peak_rss_mb = max(self.peak_rss_mb, self.rss_mb + self.worker_rss_mb)
 
-    def stats(self) -> MonitorStats:
-        """The totals and rates so far (memory sampled now unless the monitor was closed)."""
+    def stats(self, *, gather: bool = False) -> MonitorStats:
+        """The totals and rates so far (memory sampled now unless the monitor was closed); with ``gather``, also
+        every rank's wait (:meth:`rank_waits`, a collective: every rank must ask)."""
         if self._stop is None:
             self.sample_memory()
         elapsed = max((self._stop or time.perf_counter()) - self._start, 1e-9)
@@ -196,4 +256,5 @@ class DataMonitor:
             batches_per_s=self.batches / elapsed, samples_per_s=self.samples / elapsed,
             tokens_per_s=self.tokens / elapsed, wait_share=min(self.wait_s / elapsed, 1.0), padding_share=padding,
             rss_mb=self.rss_mb, worker_rss_mb=self.worker_rss_mb, peak_rss_mb=self.peak_rss_mb,
+            stages_ms=self.stages_ms(), ranks=self.rank_waits() if gather else None,
         )

@@ -8,15 +8,21 @@ from typing import Any
 
 from engine.core.checks import check_int
 from engine.core.compat import lightning
+from engine.core.stage_times import TimesItsStages
 from engine.tools.monitor import DataMonitor
+from engine.tools.rank_waits import RankWaits
 
 
 class DataMonitorCallback(lightning().Callback):
     """Logs the data-path metrics during ``fit`` as ``data/<name>`` through ``pl_module.log``.
 
     The wait for a batch is the time from the end of the previous training batch (or the start of the epoch)
-    to ``on_train_batch_start``: Lightning fetches the next batch in that gap. Metrics cover the current epoch
-    and are logged every ``log_every_n_steps`` batches and at the end of each epoch; ``self.monitor`` holds them.
+    to ``on_train_batch_start``: Lightning fetches the next batch, and copies it to the device, in that gap. The
+    train loader's stage times (fetch, decode, collate; an engine loader times them where they run) are logged as
+    ``data/stage_<name>_ms``. Metrics cover the current epoch and are logged every ``log_every_n_steps`` batches and
+    at the end of each epoch; ``self.monitor`` holds them. At the end of each epoch every rank's wait is gathered
+    (a few floats per rank over gloo) into ``self.rank_waits``, and its imbalance (max/mean wait) is logged as
+    ``data/wait_imbalance``.
 
     Args:
         log_every_n_steps: Log every this many training batches.
@@ -30,9 +36,14 @@ class DataMonitorCallback(lightning().Callback):
         self.monitor = DataMonitor(memory_every=memory_every)
         self._last_end: float | None = None
         self.last_logged: dict[str, float] = {}
+        self.rank_waits: RankWaits | None = None
+        """Every rank's wait for data in the last epoch (:class:`~engine.tools.rank_waits.RankWaits`)."""
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         self.monitor.reset()
+        loader = trainer.train_dataloader
+        if isinstance(loader, TimesItsStages):
+            self.monitor.watch(loader.stage_times)
         self._last_end = time.perf_counter()
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
@@ -46,11 +57,14 @@ class DataMonitorCallback(lightning().Callback):
             self._log(pl_module, on_step=True)
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        self.rank_waits = self.monitor.rank_waits()  # every rank calls this hook: the gather is collective
         if self.monitor.batches:
             self._log(pl_module, on_step=False)
 
     def _log(self, pl_module: Any, *, on_step: bool) -> None:
         stats = self.monitor.stats().as_dict()
+        if not on_step and self.rank_waits is not None:
+            stats["wait_imbalance"] = self.rank_waits.imbalance
         self.last_logged = {f"{self.prefix}{key}": value for key, value in stats.items()}
         for name, value in self.last_logged.items():
             pl_module.log(name, value, on_step=on_step, on_epoch=not on_step, batch_size=1)

@@ -11,6 +11,7 @@ inline SVG (:mod:`engine.tools.figures`).
 
 from __future__ import annotations
 
+import dataclasses
 import html
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from engine.sources.inputs import token_field
 from engine.sources.protocol import Source
 from engine.tools import report_numbers as measure
 from engine.tools.inline import save_page
+from engine.tools.rank_waits import RankWaits
 from engine.tools.report_mixture import fresh_mixture_order, mixture_html, mixture_lines, mixture_numbers
 from engine.tools.summary import collator_line, describe_value, summary_rows
 
@@ -50,6 +52,13 @@ class DataReport:
     collator_repr: str
     figures: list[str] = field(default_factory=list)
     sample_lines: list[str] = field(default_factory=list)
+    waits: RankWaits | None = None
+    """Every rank's wait for data during training, added by :meth:`with_waits`."""
+
+    def with_waits(self, waits: RankWaits) -> DataReport:
+        """This report with a section on the wait for data per rank and its imbalance, e.g.
+        ``dm.report().with_waits(monitor.rank_waits())`` (or a ``DataMonitorCallback``'s ``rank_waits``)."""
+        return dataclasses.replace(self, waits=waits)
 
     def __str__(self) -> str:
         lines = [self.title, *(f"  {label}: {value}" for label, value in self.summary)]
@@ -65,9 +74,13 @@ class DataReport:
         for split, counts in self.numbers["labels"].items():
             lines.append(f"  labels {split}: " + ", ".join(f"{self._class(label)}={count}"
                                                            for label, count in counts.items()))
+        if self.numbers.get("images"):
+            lines.append(f"  images (first batch): {measure.describe_images(self.numbers['images'])}")
         lines += [f"  not measured {split}: {why}" for split, why in self.numbers["skipped"].items()]
         lines += [f"  shards {splits}: {measure.describe_reads(reads)}" for splits, reads in self._shards()]
         lines += [f"  sample: {line}" for line in self.sample_lines]
+        if self.waits is not None:
+            lines += ["  waiting for data, per rank:", *(f"    {line}" for line in str(self.waits).splitlines())]
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
@@ -79,7 +92,8 @@ class DataReport:
         return (f'<div class="udm-report">{STYLE}<h3>{html.escape(self.title)}</h3><table>{table}</table>{details}'
                 f'{mixture_html(self.numbers.get("mixture"))}'
                 f'<div class="plots">{"".join(self.figures)}</div>'
-                f"<h4>first train batch</h4><ul>{sample}</ul></div>")
+                f"<h4>first train batch</h4><ul>{sample}</ul>"
+                f'{self.waits.to_html() if self.waits is not None else ""}</div>')
 
     def _number_rows(self) -> list[tuple[str, str]]:
         rows = [(f"lengths {split}", ", ".join(f"{k}={_fmt(v)}" for k, v in stats.items()))
@@ -98,6 +112,8 @@ class DataReport:
                                                f"{cut['tokens']} tokens"))
         rows += [(f"labels {split}", ", ".join(f"{self._class(label)}: {count}" for label, count in counts.items()))
                  for split, counts in self.numbers["labels"].items()]
+        if self.numbers.get("images"):
+            rows.append(("images (first batch)", measure.describe_images(self.numbers["images"])))
         rows += [(f"not measured {split}", why) for split, why in self.numbers["skipped"].items()]
         rows += [(f"shards {splits}", measure.describe_reads(reads)) for splits, reads in self._shards()]
         return rows
@@ -170,6 +186,7 @@ def collect(dm: Any) -> tuple[dict[str, Any], dict[str, np.ndarray], Any]:
     numbers["mixture"] = mixture_numbers(dm)
     batch = dm.first_batch() if train is not None else None
     numbers["sample_batch"] = _shapes(batch)
+    numbers["images"] = measure.image_numbers(batch, collator)
     return numbers, lengths, batch
 
 
@@ -180,7 +197,8 @@ def _chosen_batches(dm: Any, train: Source, key: str | None, order: Any = None) 
     sampler = batch_sampler_for(train, batching=dm.batching, batch_size=config.batch_size, max_tokens=dm.max_tokens,
                                 key=key, seed=config.seed, shuffle=config.shuffle, drop_last=config.drop_last,
                                 num_replicas=dm.world_size, rank=dm.rank, uneven=dm.uneven, order=order,
-                                balance=dm.balance, attention_weight=dm.attention_weight)
+                                balance=dm.balance, attention_weight=dm.attention_weight,
+                                measure=getattr(dm.collator, "row_length", None))
     return sampler.seed, sampler.epoch_batches(0)
 
 
@@ -251,12 +269,15 @@ def build_report(dm: Any) -> DataReport:
         plots.append(figures.label_bars(numbers["labels"], numbers["class_names"]))
     if numbers["mixture"]:
         plots.append(figures.mixture_bars(numbers["mixture"]))
+        by_step = numbers["mixture"]["weights_by_step"]
+        if by_step["changes"] or len({tuple(weights) for weights in zip(*by_step["weights"].values())}) > 1:
+            plots.append(figures.mixture_weights(numbers["mixture"]))
     lines, images = sample_lines(batch, dm.tokenizer, SHOWN_ROWS,
                                  seq2seq=spec is not None and spec.task_type == "seq2seq",
                                  image_key=_image_key(spec, batch), label_key=_label_key(spec, batch),
                                  class_names=numbers["class_names"])
     if images is not None:
         plots.append(images)
-    title = f"UniversalDataModule report: {spec.name}" if spec is not None else "UniversalDataModule report"
+    title = f"{type(dm).__name__} report" + (f": {spec.name}" if spec is not None else "")
     return DataReport(title=title, numbers=numbers, summary=summary_rows(dm, shapes=False),
                       collator_repr=repr(dm.collator), figures=plots, sample_lines=lines)

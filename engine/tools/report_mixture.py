@@ -69,9 +69,19 @@ def mixture_numbers(dm: Any) -> dict[str, Any] | None:
         return None
     loader = dm.train_dataloader()
     numbers = served_summary(loader)
+    order = loader.batch_sampler.mixture
     if dm.batching not in STEP_BLOCKS:  # a step holds a varying number of documents: the order counts blocks
-        numbers["block"] = int(loader.batch_sampler.mixture.block)
+        numbers["block"] = int(order.block)
+    numbers["weights_by_step"] = order.weights_by_step(numbers["step"])
+    numbers["history"] = [{"step": step, "weights": dict(declared["weights"])} for step, declared in order.history]
     return numbers
+
+
+def changed_lines(numbers: Mapping[str, Any]) -> list[str]:
+    """One line per checkpoint of another mixture the run went on from: its step and the weights served before."""
+    return [f"changed at step {entry['step']} from a checkpoint of another mixture (weights before: "
+            + ", ".join(f"{name}={weight:.3g}" for name, weight in entry["weights"].items()) + ")"
+            for entry in numbers.get("history", ())]
 
 
 def fresh_mixture_order(dm: Any) -> MixtureOrder | None:
@@ -111,7 +121,7 @@ def mixture_lines(numbers: Mapping[str, Any] | None) -> list[str]:
     if not numbers:
         return []
     shown = columns(numbers)
-    lines = [f"  mixture now: {heading(numbers)}"]
+    lines = [f"  mixture now: {heading(numbers)}"] + [f"  mixture {line}" for line in changed_lines(numbers)]
     for name, source in numbers["sources"].items():
         lines.append(f"  mixture {name}: " + ", ".join(f"{label} {_cell(key, source[key])}"
                                                      for label, key in shown))
@@ -127,5 +137,6 @@ def mixture_html(numbers: Mapping[str, Any] | None) -> str:
     body = "".join(f"<tr><th>{html.escape(name)}</th>" + "".join(f"<td>{_cell(key, source[key])}</td>"
                                                                  for _, key in shown) + "</tr>"
                    for name, source in numbers["sources"].items())
-    return (f"<h4>mixture</h4><p>{html.escape(heading(numbers))}</p>"
+    changed = "".join(f"<p>{html.escape(line)}</p>" for line in changed_lines(numbers))
+    return (f"<h4>mixture</h4><p>{html.escape(heading(numbers))}</p>{changed}"
             f'<table data-section="mixture"><tr><th>source</th>{head}</tr>{body}</table>')

@@ -1,4 +1,5 @@
-"""The numbers behind ``dm.report()``, read from the columns: row lengths, padding shares, truncation, labels.
+"""The numbers behind ``dm.report()``, read from the columns: row lengths, padding shares, truncation, labels;
+and, from the first batch, a vision-language task's image sizes and image tokens.
 
 Everything is computed with numpy over Arrow offsets, flat-buffer shapes or an Arrow label column, so a million
 rows take well under a second. A source without columns (a map-style torch ``Dataset``) is read row by row only
@@ -8,6 +9,7 @@ report says why, rather than stalling a notebook.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import sys
 from typing import Any
@@ -178,3 +180,43 @@ def _is_packed(collator: Any) -> bool:
     """Whether ``collator`` is a ``PackedCollator``; its module (numba) is loaded wherever one exists."""
     packed = sys.modules.get("collators.packed")
     return packed is not None and isinstance(collator, packed.PackedCollator)
+
+
+def image_numbers(batch: Any, collator: Any) -> dict[str, Any] | None:
+    """What a vision-language batch holds: the sizes its images were resized to (``{'HxW': count}``), the image
+    tokens of each row (min, mean, max) and the shares of text and image tokens among its real positions; None for
+    a batch without images per row (any other task)."""
+    rows = getattr(collator, "rows", collator)  # a packed collator holds its rows' collator
+    token_id = getattr(rows, "image_token_id", None)
+    if token_id is None or not isinstance(batch, dict) or "images_per_row" not in batch:
+        return None
+    ids = batch[rows.input_field]
+    image = ids == token_id
+    if "cu_seq_lens_q" in batch:  # a pack: its rows lie between the boundaries
+        bounds = batch["cu_seq_lens_q"].tolist()
+        per_row = [int(image[0, start:end].sum()) for start, end in zip(bounds[:-1], bounds[1:])]
+        real = ids.numel()
+    else:
+        per_row = image.sum(1).tolist()
+        real = int(batch["attention_mask"].sum())
+    if "image_sizes" in batch:
+        sizes = [tuple(size) for size in batch["image_sizes"].tolist()]
+    elif rows.image_field in batch:
+        sizes = [tuple(batch[rows.image_field].shape[-2:])] * len(batch[rows.image_field])
+    else:
+        sizes = []
+    counted = dict(sorted(collections.Counter(f"{height}x{width}" for height, width in sizes).items()))
+    image_tokens = sum(per_row)
+    return {"sizes": counted, "images": int(batch["images_per_row"].sum()),
+            "tokens_per_row": {"min": min(per_row), "mean": image_tokens / len(per_row), "max": max(per_row)},
+            "image_share": image_tokens / max(real, 1), "text_share": 1 - image_tokens / max(real, 1)}
+
+
+def describe_images(numbers: dict[str, Any]) -> str:
+    """One line of :func:`image_numbers`."""
+    sizes = ", ".join(f"{count} at {size}" for size, count in numbers["sizes"].items()) or (
+        "decoded on the device" if numbers["images"] else "none in this batch")
+    tokens = numbers["tokens_per_row"]
+    return (f"{numbers['images']} images ({sizes}); image tokens per row min {tokens['min']}, mean "
+            f"{tokens['mean']:.1f}, max {tokens['max']}; tokens: text {numbers['text_share']:.1%}, image "
+            f"{numbers['image_share']:.1%}")

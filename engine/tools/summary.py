@@ -115,7 +115,7 @@ def describe_value(value: Any) -> str:
 def render_text(dm: Any) -> str:
     """``repr(dm)``: one short line per item; the collator's options are ``repr(dm.collator)``."""
     body = "\n".join(f"  {label}: {value}" for label, value in summary_rows(dm))
-    return f"UniversalDataModule(\n{body}\n)"
+    return f"{type(dm).__name__}(\n{body}\n)"
 
 
 def render_html(dm: Any) -> str:

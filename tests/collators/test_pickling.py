@@ -8,9 +8,11 @@ import io
 import pickle
 from multiprocessing.reduction import ForkingPickler
 
+import numpy as np
 import pytest
 import torch
 import torch.multiprocessing  # noqa: F401  (registers torch's reductions with ForkingPickler)
+from PIL import Image
 from torch.utils.data import DataLoader
 
 from collators import CollatorRegistry
@@ -37,6 +39,24 @@ def waves():
             for i, n in enumerate((900, 1200, 700, 1000))]
 
 
+def captions():
+    buffers = []
+    for index in range(4):
+        buffer = io.BytesIO()
+        Image.fromarray(np.full((12 + 4 * index, 16, 3), 40 * index, dtype=np.uint8)).save(buffer, format="JPEG")
+        buffers.append(buffer.getvalue())
+    return [{"input_ids": [1] * (index % 2) + [5, 6, 7][: index + 1], "image": data} for index, data in
+            enumerate(buffers)]
+
+
+PAIRS = TaskSpec(name="pairs", task_type="classification", modality="multimodal", special_tokens={"pad_token_id": 0},
+                 additional_config={"num_classes": 4, "image_size": 8})
+
+
+def labelled_captions():
+    return [{**row, "labels": index} for index, row in enumerate(captions())]
+
+
 CASES = {
     "default": [(None, {}, lambda: [{"x": torch.arange(3) + i, "y": i} for i in range(4)])],
     "text": [(TaskSpec.lm_tiny(), {}, token_rows), (TaskSpec.mlm_tiny(), {}, token_rows),
@@ -45,7 +65,10 @@ CASES = {
                (TaskSpec.vision_tiny(), {"normalization": "imagenet"}, images)],
     "audio_waveform": [(TaskSpec.audio_tiny(), {}, waves), (TaskSpec.audio_tiny(), {"features": "mel"}, waves),
                        (TaskSpec.audio_tiny(), {"features": None}, waves)],
+    "vision_language": [(TaskSpec.vlm_tiny(), {}, captions), (TaskSpec.vlm_tiny(), {"flip_probability": 0.5}, captions),
+                        (PAIRS, {}, labelled_captions)],
     "packed": [(TaskSpec.lm_tiny(), {}, token_rows), (TaskSpec.mlm_tiny(), {}, token_rows)],
+    "vision_language_packed": [(TaskSpec.vlm_tiny(), {}, captions)],
 }
 CASE_IDS = [(name, index) for name, cases in CASES.items() for index in range(len(cases))]
 

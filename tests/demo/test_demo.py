@@ -47,6 +47,10 @@ class TestRunDemo:
         assert audio["input_features"][:2] == [16, 40]
         assert audio["input_values"] == audio["attention_mask"]
         assert 0 < rows["audio"]["padding_share"] < 1
+        vlm = rows["vlm"]
+        assert vlm["batch_shapes"]["pixel_values"] == [16, 3, 32, 32] and vlm["batch_shapes"]["images_per_row"] == [16]
+        assert vlm["images"].startswith("16 images (16 at 32x32); image tokens per row min 16, mean 16.0, max 16; "
+                                        "tokens: text ")
 
     def test_prints_one_table_per_task(self, quick_rows, capsys):
         print("\n\n".join(demo.format_row(row) for row in quick_rows))
@@ -83,8 +87,8 @@ class TestCli:
 
 class TestReports:
     def test_each_task_writes_a_report_with_its_figures_and_numbers(self, tmp_path):
-        rows = demo.run_demo(max_steps=2, tasks=("lm", "vision", "audio"), report_dir=tmp_path, quick=True)
-        expected = {"lm": ["lengths-train", "lengths-val", "padding"],
+        rows = demo.run_demo(max_steps=2, tasks=("lm", "vision", "audio", "vlm"), report_dir=tmp_path, quick=True)
+        expected = {"lm": ["lengths-train", "lengths-val", "padding"], "vlm": ["sample-images"],
                     "vision": ["labels", "sample-images"],
                     "audio": ["lengths-train", "lengths-val", "padding", "labels"]}
         for row in rows:
@@ -94,6 +98,7 @@ class TestReports:
             sizes = row["split_sizes"]
             assert f"train={sizes['train']}, val={sizes['val']} (seed=0)" in page
             assert f"{row['collator']!r}".replace("'", "&#x27;") in page
+        assert "image tokens per row min 16, mean 16.0, max 16" in Path(rows[-1]["report"]).read_text(encoding="utf-8")
 
     def test_exit_code_one_when_a_loss_does_not_fall(self, monkeypatch, capsys):
         stuck = {"task": "lm", "loss_start": 1.0, "loss_end": 1.5}

@@ -134,3 +134,22 @@ class TestSyntheticAudio:
     def test_deterministic(self):
         a = pickle.loads(pickle.dumps(sample_data.audio_dataset(n=4)))
         assert torch.equal(a[1]["input_values"], sample_data.audio_dataset(n=4)[1]["input_values"])
+
+
+class TestSyntheticCaptions:
+    def test_rows_are_jpegs_with_the_caption_of_their_pattern(self):
+        import io
+
+        from PIL import Image
+
+        data = sample_data.caption_dataset(8, seed=3)
+        for index in range(8):
+            row = data[index]
+            image = Image.open(io.BytesIO(row["image"]))
+            assert image.format == "JPEG" and all(24 <= side <= 48 for side in image.size)
+            words = [sample_data.CAPTION_VOCAB[token] for token in row["input_ids"]]
+            assert " ".join(words) == sample_data.CAPTIONS[index % 4] + " <eos>"
+
+    def test_deterministic_and_seeded(self):
+        first, again, other = (sample_data.caption_dataset(4, seed=seed)[1] for seed in (0, 0, 1))
+        assert first["image"] == again["image"] and first["image"] != other["image"]

@@ -1,6 +1,7 @@
 """A module that mixes named sources inside every batch: the declared shares in every batch, every batching mode,
 the same batches at any worker count, exact and elastic resume, schedules from their step, a changed mixture
-refused or resumed from the next epoch, splits per source, and the refusals at construction."""
+refused, resumed from the next epoch or gone on with in its epoch, splits per source, and the refusals at
+construction."""
 
 import pickle
 
@@ -212,6 +213,33 @@ def test_a_state_saved_with_another_mixture_split_is_refused_but_a_new_source_jo
     joined.load_state_dict(state)  # the splits of the sources both have are compared, by name
 
 
+def test_a_new_mixture_goes_on_in_the_saved_epoch_at_any_number_of_workers():
+    first = module()
+    before = run(first, 3)
+    state = pickle.loads(pickle.dumps(first.state_dict()))
+    mix = Mixture({"web": 0.4, "code": 0.2, "books": 0.4}, samples_per_epoch=100, on_change="continue")
+    rests = []
+    for workers in (0, 2):
+        changed = module(mix, workers=workers, data=sources(books=50))
+        changed.load_state_dict(state)
+        loader = changed.train_dataloader()
+        rests.append([served(batch) for batch in loader])  # the rest of epoch 0
+        assert len(loader) == 3 + len(rests[-1])
+    assert rests[0] == rests[1]
+    epoch = [row for batch in before + rests[0] for row in batch]
+    assert len(epoch) == len(set(epoch)) == 100  # no row of the epoch twice, and its 100 rows
+    assert [[sum(tag == source for tag, _ in batch) for source in (1, 2, 3)] for batch in rests[0]] == [[4, 2, 4]] * 7
+    sampler = loader.batch_sampler
+    summary = sampler.mixture.summary(sampler)
+    assert {name: source["rows"] for name, source in summary["sources"].items()} == {"web": 21 + 28, "code": 9 + 14,
+                                                                                      "books": 28}
+
+
+def test_going_on_in_the_saved_epoch_needs_plain_batching():
+    with pytest.raises(ValueError, match="on_change='continue'.*batching='plain' only.*batching='grouped'"):
+        module(Mixture({"web": 1, "code": 1}, on_change="continue"), batching="grouped")
+
+
 def test_shuffle_false_with_a_mixture_is_refused_at_construction():
     with pytest.raises(ValueError, match=r"shuffle=False with mix=: .*leave shuffle unset with mix="):
         module(shuffle=False)
@@ -382,6 +410,32 @@ def test_a_module_with_a_mixture_is_rebuilt_from_its_lightning_checkpoint(tmp_pa
     trainer(max_steps=5, enable_checkpointing=False).fit(resumed, datamodule=rebuilt, ckpt_path=tmp_path / "two.ckpt")
     trainer(max_steps=5, enable_checkpointing=False).fit(full, datamodule=module(mixture(), data=sources(books=40)))
     assert resumed.rows == full.rows[20:]
+
+
+def test_lightning_goes_on_in_the_saved_epoch_with_a_new_mixture(tmp_path):
+    from tests.distributed._lightning_elastic import Recorder
+    from tests.engine.test_resume_lightning import trainer
+
+    class Steps(Recorder):
+        def __init__(self):
+            super().__init__()
+            self.steps = []
+
+        def training_step(self, batch, batch_index):
+            tags = batch["input_ids"][:, 0].tolist()
+            self.steps.append((self.current_epoch, [tags.count(tag) for tag in (1, 2, 3)]))
+            return super().training_step(batch, batch_index)
+
+    first = trainer(max_steps=3, enable_checkpointing=False)
+    first.fit(Steps(), datamodule=module())
+    first.save_checkpoint(tmp_path / "three.ckpt")
+    mix = Mixture({"web": 0.4, "code": 0.2, "books": 0.4}, samples_per_epoch=100, on_change="continue")
+    resumed = Steps()
+    trainer(max_steps=12, enable_checkpointing=False).fit(resumed, datamodule=module(mix, data=sources(books=50)),
+                                                          ckpt_path=tmp_path / "three.ckpt")
+    # the saved epoch's 7 steps left, then the next epoch (Lightning counted the epoch it stopped in at max_steps)
+    assert [epoch for epoch, _ in resumed.steps] == [1] * 7 + [2] * 2
+    assert [counts for _, counts in resumed.steps[:7]] == [[4, 2, 4]] * 7
 
 
 class Broken(Tagged):

@@ -14,7 +14,7 @@ import torch
 from collators import CollatorRegistry
 from demo.sample_data import build_tokenizer
 from engine import DataLoaderConfig, UniversalDataModule
-from engine.datamodule import universal
+from engine.datamodule import module as plain_module
 from engine.loading.factory import DataLoaderFactory
 from task_spec import TaskSpec
 from tests.engine.concurrency import first_loaders_from_threads
@@ -82,7 +82,7 @@ class TestThreads:
     def test_setup_and_the_first_train_dataloader_from_eight_threads_set_up_once_and_build_one_loader(
             self, monkeypatch):
         calls = {"setup": 0, "loader": 0}
-        prepare, build = universal.prepare_inputs, DataLoaderFactory.train_dataloader
+        prepare, build = plain_module.prepare_inputs, DataLoaderFactory.train_dataloader
 
         def counted(name, function):
             def slow(*args, **kwargs):
@@ -91,7 +91,7 @@ class TestThreads:
                 return function(*args, **kwargs)
             return slow
 
-        monkeypatch.setattr(universal, "prepare_inputs", counted("setup", prepare))
+        monkeypatch.setattr(plain_module, "prepare_inputs", counted("setup", prepare))
         monkeypatch.setattr(DataLoaderFactory, "train_dataloader", counted("loader", build))
         dm = UniversalDataModule(ROWS, task_spec=TaskSpec.lm_tiny(), batch_size=4)
         loaders = first_loaders_from_threads(dm)

@@ -48,7 +48,8 @@ class TestNearMisses:
             _spec(**{field_name: {key: 1}})
 
     def test_other_close_keys_are_listed_too(self):
-        with pytest.raises(ValueError, match=re.escape("a near miss of 'max_length' (or 'max_seq_len'), which")):
+        close = "a near miss of 'max_length' (or 'max_seq_len', 'max_tiles'), which"
+        with pytest.raises(ValueError, match=re.escape(close)):
             _spec(additional_config={"max_len": 8})
         with pytest.raises(ValueError, match=re.escape("a near miss of 'sep_token_id', which nothing reads")):
             _spec(special_tokens={"sep2_token_id": 8})
@@ -57,8 +58,8 @@ class TestNearMisses:
         ("field_name", "keys"),
         [
             ("additional_config", ["min_seq_len", "note", "crops", "hidden_size", "dropout", "image_shape"]),
-            ("preprocessing_config", ["drop", "augment", "resize", "tokenizer_name", "normalize"]),
-            ("special_tokens", ["image_token_id", "audio_token_id", "user_token_id"]),
+            ("preprocessing_config", ["drop", "augment", "crop", "tokenizer_name", "normalize"]),
+            ("special_tokens", ["video_token_id", "audio_token_id", "user_token_id"]),
         ],
     )
     def test_keys_far_from_every_known_one_stay_allowed(self, field_name, keys):

@@ -97,9 +97,15 @@ class TestTargetField:
         expected = (
             f"TaskSpec.target_field is None, but task_type={task_type!r} needs a target; "
             "set target_field='labels' (or the key your rows use)"
-        )
+        ) + (", or loss_type='contrastive' for pairs whose pairing is the target" if task_type == "classification"
+             else "")
         with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
             TaskSpec(name="t", task_type=task_type, target_field=None)
+
+    def test_contrastive_pairs_need_no_target(self):
+        spec = TaskSpec(name="pairs", task_type="classification", modality="multimodal", loss_type="contrastive",
+                        target_field=None)
+        assert spec.target_field is None
 
     @pytest.mark.parametrize("task_type", ["causal_lm", "masked_lm"])
     def test_language_modelling_allows_no_target(self, task_type):

@@ -19,7 +19,7 @@ import numpy as np
 
 MIX_BY = ("rows", "tokens")
 EXHAUST = ("cycle", "stop")
-ON_CHANGE = ("refuse", "new_epoch")
+ON_CHANGE = ("refuse", "new_epoch", "continue")
 RAMPS = ("step", "linear")
 
 
@@ -40,7 +40,10 @@ class Mixture:
         samples_per_epoch: Rows of an epoch (all sources together). None: until the first ``'stop'`` source runs
             out, or, when every source cycles, the rows of all sources together.
         on_change: A checkpoint saved with another mixture: ``'refuse'`` names what changed; ``'new_epoch'``
-            accepts it and starts the next epoch with this mixture (the rest of the saved epoch is not served).
+            accepts it and starts the next epoch with this mixture (the rest of the saved epoch is not served);
+            ``'continue'`` goes on in the saved epoch: its rest draws each source's rows not served in it yet, at
+            this mixture's weights (plain batching; a source's ``exhaust`` may not switch between cycling and
+            stopping).
 
     Example:
         >>> mix = Mixture({"web": 7, "code": 3}, schedule=[(100, {"web": 1, "code": 1}, "linear")])

@@ -11,6 +11,11 @@ Passes: a ``'cycle'`` source's draws go on across epochs (pass after pass, each 
 is served once per pass; a ``'stop'`` source starts a fresh pass each epoch and ends the epoch when its pass is
 served; a source capped at ``k`` passes starts fresh each epoch and stops after ``k``. The block in which a source
 stops takes its last rows and the other sources fill the rest of the block at their weights.
+
+A checkpoint of another mixture, taken over with ``on_change='continue'``, makes its epoch's rest an epoch of its
+own here: under plain batching the rows served after ``k`` steps are the first ``k`` blocks, so each source's rows
+served are its first draws, and the state says how many (``taken``). The rest starts each kept source's draws after
+those, a new source's at its first, and counts the rows and steps served before towards the epoch's.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import numpy as np
 
 from engine.core.rng import derive_seed
 from engine.sampling.blocks import BlockOrder
-from engine.sampling.mixtures.mixture import Mixture, changes
+from engine.sampling.mixtures.mixture import Mixture, as_mixture, changes
 from engine.sampling.mixtures.plan import Draws, EpochPlan, walk
 from engine.sampling.mixtures.served import ServedMeter
 
@@ -38,6 +43,9 @@ class MixtureOrder:
         lengths: Each source's row lengths (tokens), for ``by='tokens'`` and for token counts; None: rows only.
         within: Each source's order of a pass, for sharded sources their block order (reads stay local); None
             (or a None entry): a seeded permutation.
+        served_prefix: Whether the rows served after ``k`` steps are the first ``k`` blocks of the order (plain
+            batching), so a state can say how many draws of each source its epoch served, which
+            ``on_change='continue'`` goes on from.
     """
 
     always = True
@@ -46,9 +54,9 @@ class MixtureOrder:
     """Epochs may differ in length (a schedule, a source that stops): samplers count each epoch's batches."""
 
     def __init__(self, mixture: Mixture, sizes: Sequence[int], *, block: int, seed: int,
-                 lengths: Sequence[np.ndarray] | None = None, within: Sequence[BlockOrder | None] | None = None
-                 ) -> None:
-        self.mixture, self.block, self.seed = mixture, int(block), seed
+                 lengths: Sequence[np.ndarray] | None = None, within: Sequence[BlockOrder | None] | None = None,
+                 served_prefix: bool = False) -> None:
+        self.mixture, self.block, self.seed, self.served_prefix = mixture, int(block), seed, served_prefix
         self.within = list(within) if within is not None else [None] * len(sizes)
         self.sizes = np.asarray(sizes, dtype=np.int64)
         self.offsets = np.r_[0, np.cumsum(self.sizes)].astype(np.int64)
@@ -64,10 +72,17 @@ class MixtureOrder:
         """Per epoch whose plan was let go: the rows its weights asked for over the whole epoch, for the summary."""
         self._orders: dict[int, np.ndarray] = {}
         self.meter = ServedMeter(self)
-        self._origin: tuple[int, int, tuple[int, ...] | None] = (0, 0, None)
-        """(epoch, step, each source's first draw) this mixture's epochs start from: (0, 0, None: fresh), where a
-        checkpoint of another mixture handed over (``on_change='new_epoch'``), or the start of a loaded state's
-        epoch (:meth:`anchor`: a resume plans its own epoch only, whatever its number)."""
+        self._origin: tuple[int, int, tuple[int, ...] | None, int, int, dict[str, int]] = (0, 0, None, 0, 0, {})
+        """(epoch, step, each source's first draw, rows and steps of the epoch before that step, the draws of the
+        epoch's sources that this mixture left out) this mixture's epochs start from: (0, 0, None: fresh, 0, 0,
+        {}), where a checkpoint of another mixture handed over
+        (``on_change='new_epoch'``: its next epoch; ``'continue'``: the rest of its epoch), or the start of a
+        loaded state's epoch (:meth:`anchor`: a resume plans its own epoch only, whatever its number)."""
+        self.history: list[tuple[int, dict[str, Any]]] = []
+        """The mixtures served before this one, each with the step it ended at (a checkpoint of another mixture
+        loaded with ``on_change='continue'`` or ``'new_epoch'``), for the report's weights by step."""
+        self._taken: tuple[int, np.ndarray] | None = None
+        """(epoch, each source's draws after each step of it): the cumulative counts :meth:`saved` reads."""
         self._expected_before = np.zeros(len(self.sizes))
         """Rows counted as on target before the origin: what another mixture served, or the epochs before."""
         self._start: dict[str, Any] | None = None
@@ -80,13 +95,32 @@ class MixtureOrder:
         epoch = sampler._pass.epoch
         if self._start is None or self._start["epoch"] != epoch:  # once an epoch: a state is saved every few steps
             plan = self.plan(epoch)
+            rows_before, steps_before, left_out = self._origin[3:] if epoch == self._origin[0] else (0, 0, {})
             self._start = {"epoch": int(epoch), "step": int(plan.start_step),
                            "starts": [int(one) for one in plan.starts],
-                           "expected": [float(one) for one in self._expected_rows(epoch, 0)]}
-        start = {**self._start, "starts": list(self._start["starts"]), "expected": list(self._start["expected"])}
-        return {"declared": self.mixture.describe(), "names": list(self.mixture.names), "step": self.step(sampler),
-                "served": {name: [int(served[0, s]), int(served[1, s])] for s, name in enumerate(self.mixture.names)},
-                "epoch_start": start}
+                           "expected": [float(one) for one in self._expected_rows(epoch, 0)],
+                           "rows": int(rows_before), "steps": int(steps_before), "left_out": dict(left_out)}
+        start = {**self._start, "starts": list(self._start["starts"]), "expected": list(self._start["expected"]),
+                 "left_out": dict(self._start["left_out"])}
+        state = {"declared": self.mixture.describe(), "names": list(self.mixture.names), "step": self.step(sampler),
+                 "served": {name: [int(served[0, s]), int(served[1, s])] for s, name in enumerate(self.mixture.names)},
+                 "epoch_start": start, "history": [[step, dict(declared)] for step, declared in self.history]}
+        if self.served_prefix:
+            state["taken"] = self._taken_at(epoch, sum(position for _, position in sampler._pass.served)
+                                            + sampler._pass.position)
+        return state
+
+    def _taken_at(self, epoch: int, steps: int) -> dict[str, Any]:
+        """The draws of each source in the first ``steps`` steps (blocks) of ``epoch``'s plan, and whether those
+        steps are all of it: what ``on_change='continue'`` goes on from (:attr:`served_prefix`)."""
+        if self._taken is None or self._taken[0] != epoch:
+            counts = self.plan(epoch).counts
+            self._taken = (epoch, np.vstack([np.zeros((1, counts.shape[1]), dtype=np.int64),
+                                             np.cumsum(counts, axis=0)]))
+        running = self._taken[1]
+        steps = min(steps, len(running) - 1)
+        return {"steps": int(steps), "rows": [int(one) for one in running[steps]],
+                "ended": bool(steps == len(running) - 1)}
 
     def anchor(self, saved: Any) -> Any:
         """Start this mixture's epochs where a loaded state's epoch starts (its ``epoch_start``), so resuming at
@@ -101,23 +135,34 @@ class MixtureOrder:
                 or len(start["starts"]) != sources or not all(_is_count(one) for one in start["starts"]) \
                 or not isinstance(start.get("expected"), list) or len(start["expected"]) != sources or not all(
                     isinstance(one, (int, float)) and not isinstance(one, bool) and np.isfinite(one) and one >= 0
-                    for one in start["expected"]):
+                    for one in start["expected"]) \
+                or not all(_is_count(start.get(key, 0)) for key in ("rows", "steps")) \
+                or not _is_draws(start.get("left_out", {})):
             raise ValueError(f"sampler state's mixture epoch_start should be {{'epoch', 'step': integers >= 0, "
-                             f"'starts': {sources} integers >= 0, 'expected': {sources} numbers >= 0}}, but got "
+                             f"'starts': {sources} integers >= 0, 'expected': {sources} numbers >= 0, 'rows', "
+                             f"'steps': integers >= 0, 'left_out': {{source name: integer >= 0}}}}, but got "
                              f"{start!r}; the state was not saved by this engine")
+        history = _checked_history(saved.get("history", []))
         if start["epoch"] < self._origin[0]:
             return None
-        undo = (self._origin, self._expected_before, self._plans, self._orders, self._epoch_expected)
-        self._origin = (start["epoch"], start["step"], tuple(start["starts"]))
+        undo = (self._origin, self._expected_before, self._plans, self._orders, self._epoch_expected, self.history)
+        self._origin = (start["epoch"], start["step"], tuple(start["starts"]), start.get("rows", 0),
+                        start.get("steps", 0), dict(start.get("left_out", {})))
         self._expected_before = np.asarray(start["expected"], dtype=np.float64)
-        self._plans, self._orders, self._epoch_expected, self._start = {}, {}, {}, None
+        self._plans, self._orders, self._epoch_expected, self._start, self._taken = {}, {}, {}, None, None
+        self.history = history
         return undo
 
     def unanchor(self, undo: Any) -> None:
         """Put back what :meth:`anchor` replaced (the state it anchored on was refused)."""
         if undo is not None:
-            self._origin, self._expected_before, self._plans, self._orders, self._epoch_expected = undo
-            self._start = None
+            self._origin, self._expected_before, self._plans, self._orders, self._epoch_expected, self.history = undo
+            self._start, self._taken = None, None
+
+    def steps_before(self, epoch: int) -> int:
+        """Steps of ``epoch`` served under another mixture before this one went on with it
+        (``on_change='continue'``): its order holds the rest, and a caller counts them among the epoch's steps."""
+        return self._origin[4] if epoch == self._origin[0] else 0
 
     def step(self, sampler: Any) -> int:
         """The training step at the sampler's position, counted in blocks (exact under plain and grouped
@@ -143,9 +188,59 @@ class MixtureOrder:
             return True
         if self.mixture.on_change == "new_epoch":
             return False
+        if self.mixture.on_change == "continue":
+            self._check_continuable(saved)
+            return False
         raise ValueError(f"the checkpoint was saved with another mixture ({'; '.join(differences)}); resuming would "
                          f"serve other rows. Resume with the mixture saved, or pass Mixture(..., "
-                         f"on_change='new_epoch') to go on with this one from the next epoch")
+                         f"on_change='new_epoch') to go on with this one from the next epoch, or "
+                         f"on_change='continue' to go on with it in the saved epoch")
+
+    def continues(self, saved: Any) -> bool:
+        """Whether a checkpoint of another mixture (:meth:`check_saved` returned False) goes on in its own epoch
+        (``on_change='continue'`` and the epoch not over), not from the next one."""
+        return self.mixture.on_change == "continue" and not saved["taken"]["ended"]
+
+    def check_taken(self, saved: dict[str, Any], steps: int) -> None:
+        """Refuse a state whose ``taken`` is not what its position served: ``steps`` steps of its epoch (all ranks,
+        every part), or all of the epoch's steps when fewer."""
+        taken = saved["taken"]
+        if taken["steps"] > steps or (taken["steps"] < steps and not taken["ended"]):
+            raise ValueError(f"sampler state's mixture taken should count the {steps} steps its position served, but "
+                             f"got taken={taken!r}; the state was not saved by this engine, or was changed since")
+
+    def _check_continuable(self, saved: dict[str, Any]) -> None:
+        """Refuse to go on in the epoch of a state that does not say what it served, or whose sources keep their
+        draws under another rule (cycling against stopping: their passes are numbered otherwise)."""
+        if not self.served_prefix:
+            raise ValueError("Mixture(on_change='continue') goes on with the rows of the saved epoch not served yet, "
+                             "which it knows under batching='plain' only; use batching='plain', or "
+                             "on_change='new_epoch'")
+        names = saved["names"]
+        taken, start = saved.get("taken"), saved.get("epoch_start")
+        if not isinstance(names, list) or not all(isinstance(name, str) for name in names) \
+                or not isinstance(taken, dict) or not _is_count(taken.get("steps")) \
+                or not isinstance(taken.get("ended"), bool) or not isinstance(taken.get("rows"), list) \
+                or len(taken["rows"]) != len(names) or not all(_is_count(one) for one in taken["rows"]) \
+                or not isinstance(start, dict) or not isinstance(start.get("starts"), list) \
+                or len(start["starts"]) != len(names) or not all(_is_count(one) for one in start["starts"]) \
+                or not all(_is_count(start.get(key, 0)) for key in ("step", "rows", "steps")) \
+                or not _is_draws(start.get("left_out", {})):
+            raise ValueError(f"sampler state's mixture should have 'names', 'taken' {{'steps', 'rows': one integer "
+                             f">= 0 a source, 'ended'}} and 'epoch_start' {{'starts': one integer >= 0 a source, "
+                             f"'step', 'rows', 'steps', 'left_out'}} to go on in its epoch, but got {saved!r:.300}; "
+                             f"it was not saved under batching='plain' by this engine")
+        exhaust = saved["declared"].get("exhaust") if isinstance(saved["declared"], dict) else None
+        if not isinstance(exhaust, dict) or set(exhaust) != set(names):
+            raise ValueError(f"sampler state's mixture declared exhaust should name each source {names}, but got "
+                             f"{exhaust!r}; the state was not saved by this engine")
+        switched = [f"{name!r}: saved {exhaust[name]!r}, now {self.mixture.exhaust[name]!r}" for name in names
+                    if name in self.mixture.exhaust
+                    and (exhaust[name] == "cycle") != (self.mixture.passes(name) is None)]
+        if switched:
+            raise ValueError(f"Mixture(on_change='continue') goes on with each source's draws of the saved epoch, "
+                             f"but exhaust switches between cycling and stopping for {'; '.join(switched)}, whose "
+                             f"draws are numbered otherwise; keep each source's exhaust, or use on_change='new_epoch'")
 
     def summary(self, sampler: Any) -> dict[str, Any]:
         """Target against served, per source, at the sampler's position: the weights of the current step, the
@@ -165,6 +260,33 @@ class MixtureOrder:
                              "target_share": float(expected[s] / total_expected) if total_expected else float(weight)}
         return {"by": self.mixture.by, "step": int(step), "epoch": int(state.epoch), "sources": sources,
                 "tokens_known": self.lengths is not None}
+
+    def weights_by_step(self, until: int) -> dict[str, Any]:
+        """Each source's weight from step 0 to ``until``, over the mixtures served before this one (:attr:`history`)
+        and this one: ``{'steps': [...], 'weights': {name: [...]}, 'changes': [steps]}``, with the steps where a
+        weight switches (a schedule's point, a checkpoint of another mixture taken over: ``changes``) given twice,
+        before and at the switch, so a line through the points steps there. A source not in a mixture weighs 0."""
+        parts, begin = [], 0
+        for end, declared in self.history:
+            parts.append((begin, end, as_mixture(declared)))
+            begin = end
+        parts.append((begin, max(until, begin), self.mixture))
+        names = list(dict.fromkeys(name for _, _, mixture in parts for name in mixture.names))
+        steps: list[int] = []
+        weights: dict[str, list[float]] = {name: [] for name in names}
+        for number, (begin, end, mixture) in enumerate(parts):
+            last = end if number == len(parts) - 1 else max(begin, end - 1)  # before the next mixture's first step
+            inside = {begin, last}
+            before = 0
+            for point, _, ramp in mixture.points:
+                inside |= {point - 1, point, before} if ramp == "step" else {point, before}
+                before = point
+            for step in sorted(one for one in inside if begin <= one <= last):
+                at = dict(zip(mixture.names, mixture.weights_at(step).tolist()))
+                steps.append(int(step))
+                for name in names:
+                    weights[name].append(float(at.get(name, 0.0)))
+        return {"steps": steps, "weights": weights, "changes": [int(end) for end, _ in self.history]}
 
     def _expected_rows(self, epoch: int, position: int) -> np.ndarray:
         """Rows (or, by tokens, token shares times rows) the weights asked for up to ``position`` of ``epoch``."""
@@ -198,14 +320,29 @@ class MixtureOrder:
 
     def start_at(self, epoch: int, saved: dict[str, Any] | None) -> None:
         """Take over from another mixture's checkpoint: this one's epochs start at ``epoch``, at the saved step (so
-        a schedule counts the run's steps), and what the other served counts as on target."""
+        a schedule counts the run's steps), and what the other served counts as on target. Going on in the saved
+        epoch (:meth:`continues`), each source's draws start after those the epoch served (a new source's at its
+        first), and the epoch's rows and steps so far count towards its length."""
         step = saved.get("step", 0) if isinstance(saved, dict) else 0
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise ValueError(f"sampler state's mixture step should be an integer >= 0, but got {step!r}; the state "
                              f"was not saved by this engine")
-        self._origin = (epoch, step, None)
-        self._plans, self._orders, self._epoch_expected, self._start = {}, {}, {}, None
+        history = _checked_history(saved.get("history", []) if isinstance(saved, dict) else [])
+        if isinstance(saved, dict) and isinstance(saved.get("declared"), dict):
+            history.append((step, dict(saved["declared"])))
+        if isinstance(saved, dict) and self.continues(saved):
+            start, taken = saved["epoch_start"], saved["taken"]
+            drawn = {**start.get("left_out", {}), **{name: first + count for name, first, count in
+                                                      zip(saved["names"], start["starts"], taken["rows"])}}
+            starts = tuple(int(drawn.get(name, 0)) for name in self.mixture.names)  # a new source: its first draw
+            left_out = {name: int(count) for name, count in drawn.items() if name not in self.mixture.names}
+            self._origin = (epoch, step, starts, start.get("rows", 0) + sum(taken["rows"]),
+                            start.get("steps", 0) + taken["steps"], left_out)
+        else:
+            self._origin = (epoch, step, None, 0, 0, {})
+        self._plans, self._orders, self._epoch_expected, self._start, self._taken = {}, {}, {}, None, None
         self._expected_before = self._served_of(saved)[0].astype(np.float64)
+        self.history = history
 
     @property
     def size(self) -> int:
@@ -253,7 +390,8 @@ class MixtureOrder:
 
     def plan(self, epoch: int) -> EpochPlan:
         """The counts of ``epoch`` (and of every epoch before it: each starts where the last ended)."""
-        origin_epoch, origin_step, origin_starts = self._origin if epoch >= self._origin[0] else (0, 0, None)
+        origin_epoch, origin_step, origin_starts, rows_before = self._origin[:4] if epoch >= self._origin[0] \
+            else (0, 0, None, 0)
         first = max((known for known in self._plans if origin_epoch <= known <= epoch), default=origin_epoch - 1)
         for number in range(first + 1, epoch + 1):
             start_step, starts = (origin_step, origin_starts or (0,) * len(self.sizes)) if number == origin_epoch \
@@ -264,7 +402,7 @@ class MixtureOrder:
                 totals = before.counts.sum(axis=0)
                 starts = tuple(int(start + total) if self.mixture.passes(name) is None else 0
                                for start, total, name in zip(before.starts, totals, self.mixture.names))
-            self._plans[number] = walk(self, number, start_step, starts)
+            self._plans[number] = walk(self, number, start_step, starts, rows_before if number == origin_epoch else 0)
         plan = self._plans[epoch]
         for number in sorted(self._plans)[:-2]:  # the summary keeps what it needs of older epochs: one row a source
             self._epoch_expected[number] = _expected(self._plans.pop(number), None)
@@ -278,6 +416,21 @@ class MixtureOrder:
 
 def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_draws(value: Any) -> bool:
+    """Whether ``value`` is ``{source name: draws}``: an epoch's draws of the sources a mixture left out."""
+    return isinstance(value, dict) and all(isinstance(name, str) and _is_count(count) for name, count in value.items())
+
+
+def _checked_history(value: Any) -> list[tuple[int, dict[str, Any]]]:
+    """A state's ``history`` (the mixtures served before, each with the step it ended at), checked."""
+    if not isinstance(value, list) or not all(
+            isinstance(entry, (list, tuple)) and len(entry) == 2 and _is_count(entry[0])
+            and isinstance(entry[1], dict) and isinstance(entry[1].get("weights"), dict) for entry in value):
+        raise ValueError(f"sampler state's mixture history should be a list of [step, declared mixture], but got "
+                         f"{value!r:.200}; the state was not saved by this engine")
+    return [(int(step), dict(declared)) for step, declared in value]
 
 
 def _expected(plan: EpochPlan, blocks: int | None) -> np.ndarray:

@@ -99,14 +99,24 @@ class Draws:
         return sums
 
 
-def walk(order: Any, epoch: int, start_step: int, starts: tuple[int, ...]) -> EpochPlan:
-    """Block by block: each source's rows so that its running share stays within a row of its target."""
+def walk(order: Any, epoch: int, start_step: int, starts: tuple[int, ...], rows_before: int = 0) -> EpochPlan:
+    """Block by block: each source's rows so that its running share stays within a row of its target.
+
+    ``rows_before``: rows the epoch served before ``start_step`` under another mixture (``on_change='continue'``);
+    they count towards the epoch's rows, and a capped source's ``start`` (its draws served in the epoch) towards
+    its passes."""
     mixture, sources = order.mixture, len(order.sizes)
-    caps = [None if mixture.passes(name) is None else mixture.passes(name) * int(size)
-            for name, size in zip(mixture.names, order.sizes)]
+    caps = [None if mixture.passes(name) is None else mixture.passes(name) * int(size) - start
+            for name, size, start in zip(mixture.names, order.sizes, starts)]
     limit = mixture.samples_per_epoch
     if limit is None and all(cap is None for cap in caps):
         limit = int(order.sizes.sum())
+    if rows_before:
+        limit = None if limit is None else limit - rows_before
+        if (limit is not None and limit <= 0) or any(cap is not None and cap <= 0 for cap in caps):
+            empty = np.zeros((0, sources), dtype=np.int64)  # the epoch was over: a source stopped, or its rows
+            return EpochPlan(epoch, start_step, empty, empty if order.lengths is not None else None, starts,
+                             np.zeros((0, sources)))
     by_tokens = mixture.by == "tokens"
     if by_tokens and not mixture.points:
         return _merged_by_tokens(order, epoch, start_step, starts, caps, limit)

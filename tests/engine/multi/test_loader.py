@@ -10,8 +10,7 @@ from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from engine import DataLoaderConfig, DataLoaderFactory
 from engine.multi.config import EpochLengthPolicy, MultiDataLoaderConfig, SamplingStrategy
-from engine.multi.loader import MultiDataLoader
-from engine.multi.module import build_multi_loader
+from engine.multi.loader import MultiDataLoader, build_multi_loader
 
 
 def child(rows, batch_size=2, seed=0, offset=0):

@@ -112,6 +112,34 @@ class TestReport:
         assert "<svg" in figure and "target" in figure and "tokens served" in figure
         assert "web" in figure and "code" in figure
 
+    def test_a_change_of_mixture_on_resume_is_a_step_in_the_weights_figure(self):
+        first = module()
+        iterator = iter(first.train_dataloader())
+        before = take(iterator, 3)
+        state = first.state_dict()
+        changed = module(Mixture({"web": 0.5, "code": 0.5}, on_change="continue"))
+        changed.load_state_dict(state)
+        after = take(iter(changed.train_dataloader()), 2)
+        report = changed.report()
+        numbers = report.numbers["mixture"]
+        both = counted(before + after)
+        assert served_of(numbers) == both and both["code"][0] == 9 + 10
+        assert numbers["history"] == [{"step": 3, "weights": {"web": 0.7, "code": 0.3}}]
+        by_step = numbers["weights_by_step"]
+        assert by_step["changes"] == [3] and by_step["steps"] == [0, 2, 3, 5]
+        assert by_step["weights"] == {"web": [0.7, 0.7, 0.5, 0.5], "code": [0.3, 0.3, 0.5, 0.5]}
+        assert ("  mixture changed at step 3 from a checkpoint of another mixture (weights before: web=0.7, "
+                "code=0.3)") in str(report)
+        page = report._repr_html_()
+        figure = page[page.index('data-plot="mixture-weights"'):]
+        figure = figure[:figure.index("</figure>")]
+        assert "<svg" in figure and "another mixture" in figure and "web" in figure
+
+    def test_constant_weights_draw_no_weights_figure(self):
+        dm = module()
+        take(iter(dm.train_dataloader()), 2)
+        assert 'data-plot="mixture-weights"' not in dm.report()._repr_html_()
+
     def test_the_repr_names_the_sources_weights_and_schedule_in_one_line(self):
         dm = module(Mixture({"web": 3, "code": 1}, by="tokens", schedule=[(10, {"web": 1, "code": 1})],
                             exhaust={"web": "cycle", "code": "stop"}))

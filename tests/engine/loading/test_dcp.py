@@ -1,0 +1,98 @@
+"""The data state in torch.distributed.checkpoint (DCP), in one process: a fresh module (or loader) loaded from a
+DCP checkpoint serves exactly the next batches, and a checkpoint of other data or options is refused as a loaded
+state always is. Two processes saving and one loading: tests/distributed/test_dcp_two_processes.py."""
+
+import datasets
+import pytest
+import torch
+import torch.distributed.checkpoint as dcp
+
+from engine import DataLoaderConfig, DataLoaderFactory, DataModule, DCPState
+from engine.loading.dcp import SHARED_KEY, rank_key
+from task_spec import TaskSpec
+
+pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")  # one process: intended
+
+SPEC = TaskSpec.lm_tiny()
+
+
+def rows():
+    return [torch.arange(1, 2 + n % 11) for n in range(60)]
+
+
+def module(**kwargs):
+    return DataModule(rows(), **{"task_spec": SPEC, "batch_size": 4, "val_split": 8, "seed": 3, **kwargs})
+
+
+def tensors(batches):
+    return [batch["input_ids"].tolist() if isinstance(batch, dict) else batch.tolist() for batch in batches]
+
+
+def save_after(stateful, loader, steps, folder):
+    """Serve ``steps`` batches of ``loader``, save ``stateful`` with DCP into ``folder``; the rest of the pass."""
+    batches = iter(loader)
+    for _ in range(steps):
+        next(batches)
+    dcp.save({"data": DCPState(stateful)}, checkpoint_id=folder)
+    return tensors(batches)
+
+
+class TestModule:
+    @pytest.mark.parametrize("steps", [0, 3])  # before the first batch, mid-epoch
+    def test_a_fresh_module_serves_the_next_batches(self, tmp_path, steps):
+        dm = module()
+        rest = save_after(dm, dm.train_dataloader(), steps, tmp_path)
+        fresh = module()
+        dcp.load({"data": DCPState(fresh)}, checkpoint_id=tmp_path)
+        assert tensors(fresh.train_dataloader()) == rest
+        assert tensors(fresh.train_dataloader()) == tensors(dm.train_dataloader())  # and the next epoch
+
+    def test_a_state_saved_after_the_last_batch_of_an_epoch_continues_with_the_next_epoch(self, tmp_path):
+        dm = module()
+        assert save_after(dm, dm.train_dataloader(), 13, tmp_path) == []  # 52 rows: 13 batches
+        fresh = module()
+        dcp.load({"data": DCPState(fresh)}, checkpoint_id=tmp_path)
+        assert tensors(fresh.train_dataloader()) == tensors(dm.train_dataloader())
+
+    def test_the_state_is_one_leaf_present_before_the_first_batch(self):
+        fresh, ran = module(), module()
+        next(iter(ran.train_dataloader()))
+        assert list(DCPState(fresh).state_dict()) == list(DCPState(ran).state_dict()) == [SHARED_KEY]
+
+    def test_a_checkpoint_of_another_seed_is_refused(self, tmp_path):
+        dm = module()
+        save_after(dm, dm.train_dataloader(), 2, tmp_path)
+        with pytest.raises(ValueError, match="seed was 3 when saved and is 4 now"):
+            dcp.load({"data": DCPState(module(seed=4))}, checkpoint_id=tmp_path)
+
+    def test_a_checkpoint_of_other_batching_is_refused(self, tmp_path):
+        dm = module()
+        save_after(dm, dm.train_dataloader(), 2, tmp_path)
+        with pytest.raises(ValueError, match="batching was 'plain' when saved and is 'grouped' now"):
+            dcp.load({"data": DCPState(module(batching="grouped"))}, checkpoint_id=tmp_path)
+
+    def test_a_stream_saves_each_rank_its_own_leaf(self):
+        stream = datasets.Dataset.from_dict({"input_ids": [[5, 6, 7]] * 12}).to_iterable_dataset()
+        dm = DataModule(stream, task_spec=SPEC, batch_size=4)
+        assert dm.per_rank_state and list(DCPState(dm).state_dict()) == [rank_key(0)]
+
+
+class TestPlainLoader:
+    def test_a_fresh_loader_serves_the_next_batches(self, tmp_path):
+        config = DataLoaderConfig(batch_size=4, shuffle=True, seed=5)
+        data = [torch.full((3,), n) for n in range(60)]
+        loader = DataLoaderFactory().create_dataloader(data, config)
+        rest = save_after(loader, loader, 5, tmp_path)
+        fresh = DataLoaderFactory().create_dataloader(data, config)
+        dcp.load({"data": DCPState(fresh)}, checkpoint_id=tmp_path)
+        assert [batch.tolist() for batch in fresh] == rest and len(rest) == 10
+
+
+class TestRefused:
+    def test_an_object_without_a_state_is_refused(self):
+        with pytest.raises(TypeError, match="stateful should have state_dict"):
+            DCPState([1, 2, 3])
+
+    def test_a_state_that_is_not_the_leaf_is_refused(self):
+        with pytest.raises(ValueError, match=r"state_dict should hold the saved data state as bytes under 'state'"):
+            DCPState(module()).load_state_dict(module().state_dict())

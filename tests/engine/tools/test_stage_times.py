@@ -1,0 +1,153 @@
+"""Stage times: a loader times each batch's fetch, decode (the per-row transform) and collate where they run (in
+this process, in threads and in worker processes, whose times travel back with the batch), the monitor times the
+transfer; the stages add up to within the wait the monitor measured around ``next()``; every rank's wait in one
+table with its imbalance, in the monitor's summary and the HTML report (two real processes:
+tests/distributed/test_rank_waits.py)."""
+
+import pickle
+
+import datasets
+import lightning
+import pytest
+import torch
+
+from engine import UniversalDataModule
+from engine.core.stage_times import STAGES, StageTimes
+from engine.tools.monitor import DataMonitor
+from engine.tools.monitor_callback import DataMonitorCallback
+from engine.tools.rank_waits import RankWait, RankWaits
+from tests.engine.test_resume import SPEC, rows
+from tests.engine.tools.test_monitor import TinyLM
+
+
+def identity(row):
+    return row
+
+
+def module(**options):
+    return UniversalDataModule(rows(), task_spec=SPEC, batch_size=8, seed=3, **options)
+
+
+def monitored(loader, **wrap):
+    with DataMonitor() as monitor:
+        batches = list(monitor.wrap(loader, **wrap))
+    return monitor, batches
+
+
+class TestStageTimes:
+    def test_sums_counts_and_means(self):
+        times = StageTimes()
+        times.add({"fetch": 0.001, "collate": 0.003})
+        before = times.snapshot()
+        times.add({"fetch": 0.003, "decode": 0.002, "collate": 0.001})
+        assert times.batches == 2 and times.counts == {"fetch": 2, "collate": 2, "decode": 1}
+        assert list(times.totals()) == ["fetch", "decode", "collate"]  # in the order of STAGES
+        assert times.mean_ms() == pytest.approx({"fetch": 2.0, "decode": 2.0, "collate": 2.0})
+        assert times.mean_ms(since=before) == pytest.approx({"fetch": 3.0, "decode": 2.0, "collate": 1.0})
+
+    def test_pickles_without_its_lock_for_spawned_workers(self):
+        times = StageTimes()
+        times.add({"fetch": 0.5})
+        copy = pickle.loads(pickle.dumps(times))
+        copy.add({"fetch": 0.5})
+        assert copy.totals() == {"fetch": 1.0} and times.totals() == {"fetch": 0.5}
+
+
+class TestLoaderStages:
+    @pytest.mark.parametrize("transform", [None, identity])
+    def test_in_process_stages_add_up_to_within_the_wait(self, transform):
+        loader = module(train_transform=transform).train_dataloader()
+        monitor, batches = monitored(loader)
+        times = loader.stage_times
+        expected = ["fetch", "decode", "collate"] if transform else ["fetch", "collate"]
+        assert times.batches == len(batches) == 6 and list(times.totals()) == expected
+        assert all(times.counts[stage] == 6 for stage in expected)
+        assert sum(times.totals().values()) <= monitor.wait_s  # each stage ran inside next()
+        assert list(monitor.stats().stages_ms) == expected
+
+    def test_worker_stages_come_back_with_the_batches(self):
+        loader = module(num_workers=2, train_transform=identity).train_dataloader()
+        monitor, batches = monitored(loader)
+        times = loader.stage_times
+        assert times.batches == len(batches) == 6 and list(times.totals()) == ["fetch", "decode", "collate"]
+        # two workers ran side by side: their busy time is at most twice the time the pass took
+        assert sum(times.totals().values()) <= 2 * monitor.stats().elapsed_s
+        assert batches[0]["input_ids"].dtype == torch.long  # the batches themselves, unwrapped
+
+    def test_a_streams_worker_stages_come_back_too(self):
+        stream = datasets.Dataset.from_dict({"input_ids": [[5, 6, 7]] * 12}).to_iterable_dataset(num_shards=2)
+        loader = UniversalDataModule(stream, task_spec=SPEC, batch_size=2, num_workers=2, seed=3).train_dataloader()
+        batches = list(loader)
+        assert all(isinstance(batch, dict) for batch in batches)  # unwrapped in the parent
+        assert loader.stage_times.batches == len(batches) == 6 and "collate" in loader.stage_times.totals()
+
+    def test_thread_stages(self):
+        loader = module(num_threads=1).train_dataloader()
+        monitor, batches = monitored(loader)
+        assert loader.stage_times.batches == len(batches) and list(loader.stage_times.totals()) == ["fetch",
+                                                                                                    "collate"]
+
+    def test_the_monitor_times_the_transfer_inside_the_wait(self):
+        monitor, batches = monitored(module().train_dataloader(), device="cpu")
+        stats = monitor.stats()
+        assert list(stats.stages_ms) == ["fetch", "collate", "transfer"]
+        assert stats.stages_ms["transfer"] * stats.batches / 1000 <= stats.wait_s
+        assert {"stage_fetch_ms", "stage_collate_ms", "stage_transfer_ms"} <= set(stats.as_dict())
+        assert "per batch: fetch" in str(stats)
+
+    def test_a_reset_reports_only_the_batches_after_it(self):
+        loader = module().train_dataloader()
+        monitor = DataMonitor()
+        list(monitor.wrap(loader))
+        monitor.reset()
+        assert monitor.stats().stages_ms == {}
+        list(monitor.wrap(loader))
+        assert set(monitor.stats().stages_ms) == {"fetch", "collate"}
+
+
+class TestRankWaits:
+    def table(self):
+        return RankWaits((RankWait(0, 10, 1.0, 5.0, 200.0, {"fetch": 1.5, "collate": 2.0}),
+                          RankWait(1, 10, 3.0, 5.0, 900.0, {"fetch": 4.0})))
+
+    def test_imbalance_is_the_largest_wait_over_the_mean(self):
+        table = self.table()
+        assert table.imbalance == 1.5 and table.slowest == 1
+        assert RankWaits((RankWait(0, 0, 0.0, 0.0, 0.0),)).imbalance == 1.0
+
+    def test_a_rank_travels_as_a_vector(self):
+        for rank in self.table().ranks:
+            assert RankWait.from_vector(rank.as_vector()) == rank
+        assert len(rank.as_vector()) == 5 + len(STAGES)
+
+    def test_text_and_html_hold_every_rank(self):
+        table = self.table()
+        text = str(table).splitlines()
+        assert text[0].split() == ["rank", "batches", "wait", "s", "wait/batch", "ms", "max", "wait", "ms", "fetch",
+                                   "ms", "collate", "ms"]
+        assert text[1].split()[:4] == ["0", "10", "1.000", "100.00"] and text[2].split()[-1] == "-"
+        assert text[-1] == "wait imbalance across 2 ranks: 1.50 (max/mean), slowest rank 1"
+        assert table.to_html().count("<tr>") == 3
+
+    def test_one_process_gathers_its_own(self):
+        monitor, _ = monitored(module().train_dataloader())
+        table = monitor.rank_waits()
+        assert [rank.rank for rank in table.ranks] == [0] and table.ranks[0].wait_s == monitor.wait_s
+        assert "wait imbalance across 1 rank: 1.00" in str(monitor.stats(gather=True))
+
+    def test_the_report_shows_the_table(self, tmp_path):
+        report = module().report().with_waits(self.table())
+        assert "waiting for data, per rank:" in str(report) and "slowest rank 1" in str(report)
+        page = report.save(tmp_path / "report.html").read_text()
+        assert "waiting for data, per rank" in page and "1.50 (max/mean)" in page
+
+
+@pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader`")
+def test_the_callback_logs_stage_times_and_the_imbalance():
+    callback = DataMonitorCallback(log_every_n_steps=2)
+    trainer = lightning.Trainer(max_epochs=1, callbacks=[callback], logger=False, enable_checkpointing=False,
+                                enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
+    trainer.fit(TinyLM(), datamodule=module(val_split=5))
+    assert {"data/stage_fetch_ms", "data/stage_collate_ms", "data/wait_imbalance"} <= set(callback.last_logged)
+    assert trainer.callback_metrics["data/wait_imbalance"].item() == 1.0
+    assert [rank.rank for rank in callback.rank_waits.ranks] == [0] and callback.rank_waits.ranks[0].batches == 5
