@@ -3,8 +3,12 @@
 Run in the peers' own virtualenv (their pins conflict with the project's; ``bash benchmarks/peers/setup.sh`` makes
 it)::
 
-    .venv-peers/bin/python -m benchmarks.bench_streaming_peers --rows 200000     # full (~5 min on 2 cores)
+    .venv-peers/bin/python -m benchmarks.bench_streaming_peers --rows 200000     # full
     .venv-peers/bin/python -m benchmarks.bench_streaming_peers --quick           # 20k rows
+
+From a fresh clone (``git clone``; its compiled caches, Python's bytecode and numba's, are empty) the first run
+measures every reader's cold start as a new install meets it; ``--ours-python`` names the project's venv and the
+peers' venv may live elsewhere (``/path/to/.venv-peers/bin/python -m benchmarks.bench_streaming_peers``).
 
 Method
 ------
@@ -17,8 +21,12 @@ Method
   layouts are uploaded to one bucket. Every peer reaches it through the environment (AWS_ENDPOINT_URL,
   S3_ENDPOINT_URL for Mosaic, dummy credentials) and its own storage options (LitData ``storage_options``
   endpoint_url; fsspec/s3fs ``client_kwargs`` for HF). No other address is ever contacted (HF_HUB_OFFLINE=1).
-* Readers, each in a fresh subprocess (so no peer's threads, shared memory or caches leak into the next), no
-  shuffling, batch size 32, num_workers=2, one collate for all (pads each batch to its longest row with 0):
+* Runs: ``--runs`` (3) runs of every reader in storage order, then ``--shuffled-runs`` (1) in each reader's own
+  shuffled order (its shuffle option with its defaults: LitData ``shuffle=True``, Mosaic ``shuffle=True``, HF
+  ``IterableDataset.shuffle(seed=0)`` with its 1000-row buffer, ours ``shuffle=True``: row groups in a seeded
+  order, rows shuffled within a window). The load average is recorded at each run's start.
+* Readers, each in a fresh subprocess (so no peer's threads, shared memory or caches leak into the next), batch
+  size 32, num_workers=2, one collate for all (pads each batch to its longest row with 0):
   - LitData: ``litdata.StreamingDataset`` + ``litdata.StreamingDataLoader``;
   - Mosaic: ``streaming.StreamingDataset`` (batch_size=32) + ``streaming.StreamingDataLoader`` (Mosaic's
     subclass of torch's DataLoader, which is what carries its state_dict);
@@ -26,29 +34,31 @@ Method
     ``torchdata.stateful_dataloader.StatefulDataLoader`` (torch's DataLoader with state_dict, the loader HF
     documents for resuming an IterableDataset with workers).
 * Measures, per peer:
+  - import: what the reader's script imports (``IMPORTS``), timed on its own and shown beside the first batch;
   - first batch (cold): from constructing the dataset, with an empty local cache, to the first batch (the
     reader's library is imported before the clock starts: a training script imports it anyway);
   - steady rows/s and tokens/s: after ``--warmup`` batches, over the batches up to 3/4 of the epoch (or fewer when
     ``--budget`` seconds run out; the table says how many); tokens are the real (unpadded) tokens;
   - resume: the peer's own ``state_dict()`` saved after batch ``--early`` (early) and at the end of the steady
-    phase (late); later, a new dataset + loader (empty cache again, as on a restarted node) gets
-    ``load_state_dict`` and the time to its first batch is taken; "exact" when that batch's row ids are the ones
-    the first run delivered right after the save;
+    phase (late); later, a fresh process (a restarted node: the reader imported off the clock) builds a new
+    dataset + loader over an empty cache, which gets ``load_state_dict``, and the time to its first batch is
+    taken; "exact" when that batch's row ids are the ones the first run delivered right after the save;
   - worker USS: peak private memory (psutil USS) of the loader's worker processes (all child processes of the
-    reader, sampled every 0.2 s through the whole run), the largest one;
+    reader, sampled every 0.2 s from the cold start to the end of the steady phase), the largest one;
   - ranks 2 -> 1: a loader as rank 0 of world size 2 (LitData: WORLD_SIZE/GLOBAL_RANK; Mosaic:
     WORLD_SIZE/RANK with one process per node; HF: ``split_dataset_by_node``) reads ``--early`` batches and saves
-    its state; a loader at world size 1 loads it and takes one batch: "yes" when that works (with how many of
-    that batch's rows rank 0 had already delivered), "no (error ...)" when it raises.
+    its state; a loader at world size 1, in a fresh process, loads it and takes one batch: "yes" when that works
+    (with how many of that batch's rows rank 0 had already delivered), "no (error ...)" when it raises. Ours keeps
+    the global batch across world sizes (its loader refuses another), so at 1 rank its batch is 64 rows.
   Peer specifics: LitData fetches chunks with obstore, whose HTTP client refuses plain http unless told, so its
   client options get ``allow_http`` (the local S3 has no TLS); LitData also checks that a resumed loader's
   cache_dir is the one in its state, so its resumes use the same cache path, emptied. Mosaic initialises
   torch.distributed whenever WORLD_SIZE > 1: for "rank 0 of 2" a 1-process gloo group stands in.
-* ``ours(...)`` is the slot for the project's own sharded source (``engine.Shards``), measured the same way in a
-  subprocess of the project's own .venv (``--ours-python``); until ``engine.Shards`` imports, its row says
-  "not available".
+* ``ours(...)`` is the project's own sharded source (``engine.Shards``) in a plain loop (``DataLoaderFactory``),
+  measured the same way in a subprocess of the project's own .venv (``--ours-python``).
 
-Results: a markdown table printed and written to benchmarks/results/streaming_peers.md (``--out``).
+Results: markdown tables (every run's cold first batch with its import, then each run's measures), printed and
+written to benchmarks/results/streaming_peers.md (``--out``) after every run.
 """
 
 from __future__ import annotations
@@ -58,7 +68,6 @@ import contextlib
 import copy
 import functools
 import gc
-import importlib
 import json
 import os
 import platform
@@ -211,8 +220,10 @@ def rank_env(peer: str, world: int) -> dict[str, str]:
     return {}
 
 
-def make_loader(peer: str, endpoint: str, cache: Path, world: int = 1):
-    """A fresh dataset + loader of ``peer`` (rank 0 of ``world``), reading from the local S3."""
+def make_loader(peer: str, endpoint: str, cache: Path, world: int = 1, shuffle: bool = False, resumed_from: int = 1):
+    """A fresh dataset + loader of ``peer`` (rank 0 of ``world``), reading from the local S3, in storage order or
+    (``shuffle``) in the reader's own shuffled order with its default shuffle options. ``resumed_from``: the world
+    size of the state it will load (ours keeps the global batch across world sizes, so its batch grows)."""
     if peer == "litdata":
         import litdata
         from litdata.streaming import downloader
@@ -222,14 +233,14 @@ def make_loader(peer: str, endpoint: str, cache: Path, world: int = 1):
         with contextlib.suppress(AttributeError, TypeError):
             downloader._OBSTORE_CLIENT_OPTIONS["allow_http"] = "true"
         ds = litdata.StreamingDataset(
-            f"s3://{BUCKET}/litdata", cache_dir=str(cache), shuffle=False, drop_last=False,
+            f"s3://{BUCKET}/litdata", cache_dir=str(cache), shuffle=shuffle, drop_last=False,
             storage_options={"endpoint_url": endpoint, "aws_access_key_id": "testing",
                              "aws_secret_access_key": "testing", "region_name": "us-east-1"})
         return litdata.StreamingDataLoader(ds, batch_size=BATCH, num_workers=WORKERS, collate_fn=collate)
     if peer == "mosaic":
         from streaming import StreamingDataLoader, StreamingDataset
 
-        ds = StreamingDataset(remote=f"s3://{BUCKET}/mds", local=str(cache), shuffle=False, batch_size=BATCH)
+        ds = StreamingDataset(remote=f"s3://{BUCKET}/mds", local=str(cache), shuffle=shuffle, batch_size=BATCH)
         return StreamingDataLoader(ds, batch_size=BATCH, num_workers=WORKERS, collate_fn=collate)
     if peer == "hf":
         from datasets import load_dataset
@@ -240,11 +251,13 @@ def make_loader(peer: str, endpoint: str, cache: Path, world: int = 1):
                           streaming=True, storage_options={"key": "testing", "secret": "testing",
                                                            "client_kwargs": {"endpoint_url": endpoint,
                                                                              "region_name": "us-east-1"}})
+        if shuffle:  # a buffer of 1000 rows (its default), filled from shards in a seeded order
+            ds = ds.shuffle(seed=0)
         if world > 1:
             ds = split_dataset_by_node(ds, rank=0, world_size=world)
         return StatefulDataLoader(ds, batch_size=BATCH, num_workers=WORKERS, collate_fn=collate)
     if peer == "ours":
-        return ours(endpoint, cache)
+        return ours(endpoint, cache, world, shuffle, batch=BATCH * max(resumed_from // world, 1))
     raise ValueError(peer)
 
 
@@ -295,6 +308,10 @@ class UssSampler:
         return self
 
     def __exit__(self, *exc):
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop sampling (before the resumes, whose fresh processes are children too)."""
         self._stop.set()
         self._thread.join()
 
@@ -321,8 +338,14 @@ def _first(loader):
     return it, next(it)
 
 
-LIBRARIES = {"litdata": "litdata", "mosaic": "streaming", "hf": "datasets", "ours": "engine"}
-"""The library each reader imports, before its clock starts."""
+IMPORTS = {
+    "litdata": "import litdata",
+    "mosaic": "import streaming",
+    "hf": "import datasets\nfrom torchdata.stateful_dataloader import StatefulDataLoader",
+    "ours": "from collators import CollatorRegistry\nfrom engine import DataLoaderConfig, DataLoaderFactory, Shards\n"
+            "from task_spec import TaskSpec",
+}
+"""What each reader's script imports, timed before the first batch's clock starts (shown beside it)."""
 
 
 def run_peer(peer: str, endpoint: str, rows: int, tokens_total: int, args) -> dict[str, Any]:
@@ -334,7 +357,7 @@ def run_peer(peer: str, endpoint: str, rows: int, tokens_total: int, args) -> di
     out: dict[str, Any] = {"peer": peer}
     started = time.perf_counter()
     with contextlib.suppress(ImportError):  # a missing library is reported by its loader below
-        importlib.import_module(LIBRARIES[peer])  # the library's import is not the data's first batch
+        exec(IMPORTS[peer], {})  # the library's import is not the data's first batch: timed on its own
     out["import_s"] = time.perf_counter() - started
     total_batches = -(-rows // BATCH)
     late_target = max(args.warmup + 2, int(total_batches * 0.75))
@@ -350,7 +373,7 @@ def _measure(peer, endpoint, rows, args, caches, out, total_batches, late_target
     with UssSampler() as uss:
         # cold start + steady throughput + states at an early and a late position
         t0 = time.perf_counter()
-        loader = make_loader(peer, endpoint, cache_dir(peer, caches, "cold"))
+        loader = make_loader(peer, endpoint, cache_dir(peer, caches, "cold"), shuffle=args.shuffle)
         it, batch = _first(loader)
         out["first_batch_s"] = time.perf_counter() - t0
         seen, states, next_ids = 1, {}, {}
@@ -390,27 +413,69 @@ def _measure(peer, endpoint, rows, args, caches, out, total_batches, late_target
         _close(loader)
         del loader
         gc.collect()
-        # resumes, each from an empty cache
+        # resumes, each in a fresh process from an empty cache
+        uss.stop()
         for name, (at, state) in states.items():
             try:
-                t0 = time.perf_counter()
-                loader = make_loader(peer, endpoint, cache_dir(peer, caches, f"resume-{name}"))
-                loader.load_state_dict(copy.deepcopy(state))
-                it, batch = _first(loader)
-                out[f"resume_{name}_s"] = time.perf_counter() - t0
-                ids = _ids(batch)
+                seconds, ids = resume_in_fresh_process(peer, endpoint, cache_dir(peer, caches, f"resume-{name}"),
+                                                       state, args)
+                out[f"resume_{name}_s"] = seconds
                 out[f"resume_{name}_exact"] = None if ids is None else ids == next_ids[name]
                 out[f"resume_{name}_at"] = at
-                del it
-                _close(loader)
-                del loader
             except Exception as e:  # noqa: BLE001 - a peer's failure is a result
                 out[f"resume_{name}_error"] = _err(e)
             gc.collect()
     out["worker_uss_mib"] = max(uss.peak.values(), default=0) / 2**20
     out["n_children"] = len(uss.peak)
-    out["ranks"] = ranks_2_to_1(peer, endpoint, caches, args) if peer != "ours" else OURS_RANKS
+    out["ranks"] = ranks_2_to_1(peer, endpoint, caches, args)
     return out
+
+
+def resume_in_fresh_process(peer: str, endpoint: str, cache: Path, state: Any, args,
+                            resumed_from: int = 1) -> tuple[float, list[int] | None]:
+    """A new process (as a restarted node) imports the reader (off the clock), builds a new dataset and loader
+    over ``cache``, loads ``state`` and takes its first batch: the seconds from the loader's construction to that
+    batch, and its row ids. Raises what the new process raised."""
+    import torch
+
+    with tempfile.TemporaryDirectory(prefix="peer-state-") as folder:
+        saved = Path(folder) / "state.pt"
+        torch.save(state, saved)
+        cmd = [sys.executable, "-m", "benchmarks.bench_streaming_peers", "--_peer", peer, "--_endpoint", endpoint,
+               "--_resume", str(saved), "--_cache", str(cache), "--_resumed-from", str(resumed_from),
+               *(["--shuffle"] if args.shuffle else [])]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.peer_timeout, cwd=ROOT)
+    line = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
+    if not line:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"the resumed process failed (rc {done.returncode}): {tail[:200]}")
+    result = json.loads(line[-1][7:])
+    if "error" in result:
+        raise RuntimeError(result["error"])
+    return result["seconds"], result["ids"]
+
+
+def resume_here(peer: str, endpoint: str, saved: Path, cache: Path, resumed_from: int, shuffle: bool
+                ) -> dict[str, Any]:
+    """The new process of :func:`resume_in_fresh_process`."""
+    import torch
+
+    torch.set_num_threads(1)
+    with contextlib.suppress(ImportError):
+        exec(IMPORTS[peer], {})
+    state = torch.load(saved, weights_only=False)
+    try:
+        t0 = time.perf_counter()
+        loader = make_loader(peer, endpoint, cache, world=1, shuffle=shuffle, resumed_from=resumed_from)
+        loader.load_state_dict(state)
+        it, batch = _first(loader)
+        seconds = time.perf_counter() - t0
+        ids = _ids(batch)
+        del it
+        _close(loader)
+        return {"seconds": seconds, "ids": ids}
+    except Exception as e:  # noqa: BLE001 - a reader's failure is a result
+        return {"error": _err(e)}
 
 
 def ranks_2_to_1(peer: str, endpoint: str, caches: Path, args) -> str:
@@ -420,7 +485,7 @@ def ranks_2_to_1(peer: str, endpoint: str, caches: Path, args) -> str:
         with env(**rank_env(peer, 2)):
             if peer == "mosaic":  # Mosaic wants a process group when WORLD_SIZE > 1: a 1-process one stands in
                 dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-            loader = make_loader(peer, endpoint, cache_dir(peer, caches, "w2"), world=2)
+            loader = make_loader(peer, endpoint, cache_dir(peer, caches, "w2"), world=2, shuffle=args.shuffle)
             it, batch = _first(loader)
             seen_ids = set(_ids(batch))
             for _ in range(args.early - 1):
@@ -437,13 +502,8 @@ def ranks_2_to_1(peer: str, endpoint: str, caches: Path, args) -> str:
             dist.destroy_process_group()
     try:
         with env(**rank_env(peer, 1)):
-            loader = make_loader(peer, endpoint, cache_dir(peer, caches, "w1"), world=1)
-            loader.load_state_dict(state)
-            it, batch = _first(loader)
-            ids = _ids(batch)
-            del it
-            _close(loader)
-            del loader
+            _, ids = resume_in_fresh_process(peer, endpoint, cache_dir(peer, caches, "w1"), state, args,
+                                             resumed_from=2)
         again = sum(i in seen_ids for i in ids)
         return f"yes (first batch rows {ids[0]}..; {again}/{len(ids)} already seen by rank 0)"
     except Exception as e:  # noqa: BLE001
@@ -451,22 +511,20 @@ def ranks_2_to_1(peer: str, endpoint: str, caches: Path, args) -> str:
 
 
 # ------------------------------------------------------------------------------------- the project's slot
-OURS_RANKS = ("yes, the rest of the epoch, every row once (Lightning DDP on 2 processes resumed on 1: "
-              "tests/distributed/test_sharded_elastic.py)")
-"""Ours resumes on another number of ranks through the module's own state, which needs ranks (torch.distributed);
-the suite's test checks it with real processes rather than this single-process harness."""
-
-
-def ours(endpoint: str, cache: Path):
-    """The project's own sharded source (``engine.Shards``): its loader over the same
-    Parquet shards, measured by ``run_peer`` exactly as the peers are (cold first batch, steady rows/s, worker USS;
-    resumes when the loader has state_dict/load_state_dict). It runs in the project's .venv (``--ours-python``),
+def ours(endpoint: str, cache: Path, world: int = 1, shuffle: bool = False, batch: int = BATCH):
+    """The project's own sharded source (``engine.Shards``) in a plain loop (``DataLoaderFactory`` with the
+    registry's text collator, as docs/quickstart.md's plain loop builds it; no Lightning), over the same Parquet
+    shards, measured by ``run_peer`` exactly as the peers are. It runs in the project's .venv (``--ours-python``),
     not the peers'. Until ``engine.Shards`` imports, the row says "not available".
 
     The batch size, workers and S3 options are the peers'; the spec keeps rows up to 512 tokens (the corpus's
-    longest), as the peers' collate does, and the order is storage order (``shuffle=False``), as the peers read."""
+    longest), as the peers' collate does; the order is storage order, or with ``shuffle`` the source's own (row
+    groups in a seeded order, rows shuffled within its window); rank 0 of ``world`` reads its share. A state saved at
+    another world size resumes with the same global batch (``batch``: 64 rows at 1 rank for 2 ranks of 32), as the
+    loader requires: the rest of the epoch is then the same steps."""
     try:
-        from engine import Shards, UniversalDataModule
+        from collators import CollatorRegistry
+        from engine import DataLoaderConfig, DataLoaderFactory, Shards
         from task_spec import TaskSpec
     except ImportError as e:  # the only failure that means "not there yet"
         raise NotAvailable(str(e)) from e
@@ -474,8 +532,9 @@ def ours(endpoint: str, cache: Path):
                     storage_options={"key": "testing", "secret": "testing",
                                      "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}})
     spec = TaskSpec.lm_tiny().replace(additional_config={"max_seq_len": 512})
-    dm = UniversalDataModule(shards, task_spec=spec, batch_size=BATCH, num_workers=WORKERS, shuffle=False)
-    return dm.train_dataloader()
+    collator = CollatorRegistry.get_instance().get_collator(spec, pad_token_id=0)
+    config = DataLoaderConfig(batch_size=batch, shuffle=shuffle, seed=0, num_workers=WORKERS, collate_fn=collator)
+    return DataLoaderFactory().create_dataloader(shards, config, rank=0, num_replicas=world)
 
 
 # --------------------------------------------------------------------------------------------- the table
@@ -495,32 +554,68 @@ def _resume(r: dict[str, Any], name: str) -> str:
     return f"{r[f'resume_{name}_s']:.2f} s (batch {r[f'resume_{name}_at']}, {exact})"
 
 
-def table(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+def run_table(results: list[dict[str, Any]]) -> list[str]:
+    """The lines of one run's table: every measure of every reader."""
+    lines = [
+        "| reader | import | first batch (cold) | steady rows/s | steady tokens/s | batches timed | resume early | "
+        "resume late | worker USS peak | resume on other ranks (2 -> 1) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | --- |",
+    ]
+    for r in results:
+        name = NAMES.get(r["peer"], r["peer"])
+        if "error" in r:
+            lines.append(f"| {name} | | {r['error']} | | | | | | | |")
+            continue
+        lines.append(
+            f"| {name} | {_fmt(r, 'import_s', '{:.2f} s')} | {_fmt(r, 'first_batch_s', '{:.2f} s')} | "
+            f"{_fmt(r, 'rows_per_s', '{:,.0f}')} | {_fmt(r, 'tokens_per_s', '{:,.0f}')} | "
+            f"{r.get('steady_batches', '-')} | {_resume(r, 'early')} | {_resume(r, 'late')} | "
+            f"{_fmt(r, 'worker_uss_mib', '{:.0f} MiB')} | {r.get('ranks', '-')} |")
+    return lines
+
+
+def cold_table(runs: list[dict[str, Any]]) -> list[str]:
+    """The cold first batch of every reader in every run, its import beside it, and which reader was first."""
+    titles = [f"{run['name']} (load {run['load']})" for run in runs]
+    lines = ["| reader | " + " | ".join(titles) + " |", "| --- |" + " ---: |" * len(runs)]
+    for peer in [r["peer"] for r in runs[0]["results"]]:
+        cells = []
+        for run in runs:
+            r = next(r for r in run["results"] if r["peer"] == peer)
+            cells.append(f"{r['first_batch_s']:.2f} s (import {r['import_s']:.2f} s)" if "first_batch_s" in r else
+                         r.get("error", "-"))
+        lines.append(f"| {NAMES.get(peer, peer)} | " + " | ".join(cells) + " |")
+    firsts = []
+    for run in runs:
+        timed = [r for r in run["results"] if "first_batch_s" in r]
+        firsts.append(NAMES.get(min(timed, key=lambda r: r["first_batch_s"])["peer"], "?") if timed else "-")
+    lines.append("| first | " + " | ".join(firsts) + " |")
+    return lines
+
+
+def table(runs: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines = [
         "# Sharded corpora streamed from object storage: the peers",
         "",
         f"Corpus: {meta['rows']} rows, {meta['tokens'] / 1e6:.1f} M tokens (lengths 16..512, int32 ids < 32000), "
         f"seed {meta['seed']}; {meta['uploaded_mib']:.0f} MiB uploaded in all to moto's S3 server on 127.0.0.1. "
-        f"Batch {BATCH}, num_workers={WORKERS}, no shuffle, padded to the batch max. "
+        f"Batch {BATCH}, num_workers={WORKERS}, padded to the batch max. "
         f"Setup (writing the three layouts, upload): {meta['setup_s']:.0f} s. "
-        f"Machine: {meta['machine']}, shared with other work (timings are one run each, noisy).",
+        f"Machine: {meta['machine']}, shared with other work (load averages over 1, 5 and 15 minutes at each run's "
+        f"start; timings are one run each, noisy). Code: {meta['code']}.",
         "",
-        "Method: docstring of benchmarks/bench_streaming_peers.py. Resumes load each peer's own state_dict into a "
-        "new loader over an empty cache; 'exact' = its first batch is the one the first run delivered after the save.",
+        "Method: docstring of benchmarks/bench_streaming_peers.py. Each run starts every reader in a fresh process; "
+        "the first runs where this checkout's compiled caches (Python's and numba's) are "
+        f"{meta['caches']}. Resumes load each reader's own state_dict into a new loader in a fresh process's "
+        "place (a new dataset and loader over an empty cache); 'exact' = its first batch is the one the first run "
+        "delivered after the save.",
         "",
-        "| reader | first batch (cold) | steady rows/s | steady tokens/s | batches timed | resume early | "
-        "resume late | worker USS peak | resume on other ranks (2 -> 1) |",
-        "| --- | ---: | ---: | ---: | ---: | --- | --- | ---: | --- |",
+        "## Cold first batch in every run",
+        "",
+        *cold_table(runs),
     ]
-    for r in results:
-        name = NAMES.get(r["peer"], r["peer"])
-        if "error" in r:
-            lines.append(f"| {name} | {r['error']} | | | | | | | |")
-            continue
-        lines.append(
-            f"| {name} | {_fmt(r, 'first_batch_s', '{:.2f} s')} | {_fmt(r, 'rows_per_s', '{:,.0f}')} | "
-            f"{_fmt(r, 'tokens_per_s', '{:,.0f}')} | {r.get('steady_batches', '-')} | {_resume(r, 'early')} | "
-            f"{_resume(r, 'late')} | {_fmt(r, 'worker_uss_mib', '{:.0f} MiB')} | {r.get('ranks', '-')} |")
+    for run in runs:
+        lines += ["", f"## {run['name']}: {run['order']}", "", *run_table(run["results"])]
     return "\n".join(lines) + "\n"
 
 
@@ -533,7 +628,7 @@ def run_subprocess(peer: str, endpoint: str, tokens: int, args, python: str | No
     t = time.perf_counter()
     cmd = [python, "-m", "benchmarks.bench_streaming_peers", "--_peer", peer, "--_endpoint", endpoint,
            "--_tokens", str(tokens), "--rows", str(args.rows), "--warmup", str(args.warmup),
-           "--early", str(args.early), "--budget", str(args.budget)]
+           "--early", str(args.early), "--budget", str(args.budget), *(["--shuffle"] if args.shuffle else [])]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.peer_timeout, cwd=ROOT)
         line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -547,6 +642,20 @@ def run_subprocess(peer: str, endpoint: str, tokens: int, args, python: str | No
         res = {"peer": peer, "error": f"timed out after {args.peer_timeout:.0f} s"}
     print(f"{peer}: {time.perf_counter() - t:.1f} s {json.dumps(res)}", file=sys.stderr, flush=True)
     return res
+
+
+def compiled_caches() -> list[Path]:
+    """This checkout's compiled files: Python's bytecode and numba's cache (both in ``__pycache__`` folders)."""
+    return [path for folder in ("collators", "engine", "task_spec") for path in (ROOT / folder).rglob("__pycache__")
+            if any(path.iterdir())]
+
+
+def code_version() -> str:
+    """The checkout's commit (and whether its tracked files differ from it)."""
+    def git(*arguments: str) -> str:
+        return subprocess.run(["git", *arguments], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+
+    return git("rev-parse", "--short", "HEAD") + (" with changes" if git("status", "--porcelain", "-uno") else "")
 
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
@@ -564,6 +673,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--early", type=int, default=5, help="batch after which the early state is saved")
     p.add_argument("--budget", type=float, default=20.0, help="seconds at most of steady phase per peer")
     p.add_argument("--peer-timeout", type=float, default=180.0)
+    p.add_argument("--runs", type=int, default=3, help="runs of every reader in storage order (the first with "
+                   "the compiled caches of a fresh clone, when run from one)")
+    p.add_argument("--shuffle", action="store_true", help="one reader: read in its own shuffled order")
+    p.add_argument("--shuffled-runs", type=int, default=1, help="runs of every reader in its own shuffled order, "
+                   "after the runs in storage order")
     p.add_argument("--peers", default=",".join(PEERS), help="peers to run beside ours; '' for ours alone (the "
                    "project's .venv, which has moto, can then run the whole bench: --ours-python <its python>)")
     p.add_argument("--out", type=Path, default=RESULTS)
@@ -573,9 +687,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--_peer", help=argparse.SUPPRESS)
     p.add_argument("--_endpoint", help=argparse.SUPPRESS)
     p.add_argument("--_tokens", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--_resume", help=argparse.SUPPRESS)  # a saved state: resume it in this (fresh) process
+    p.add_argument("--_cache", help=argparse.SUPPRESS)
+    p.add_argument("--_resumed-from", type=int, default=1, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.quick:
         args.rows = 20_000
+    if args._resume:
+        res = resume_here(args._peer, args._endpoint, Path(args._resume), Path(args._cache), args._resumed_from,
+                          args.shuffle)
+        print("RESULT " + json.dumps(res), flush=True)
+        return 0
     if args._peer:
         res = run_peer(args._peer, args._endpoint, args.rows, args._tokens, args)
         print("RESULT " + json.dumps(res), flush=True)
@@ -622,19 +744,26 @@ def main(argv: list[str] | None = None) -> int:
         uploaded = upload(endpoint, roots)
         print(f"uploaded {uploaded / 2**20:.0f} MiB in {time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
         setup_s = time.perf_counter() - t0
-        results = []
-        for peer in peers:
-            results.append(run_subprocess(peer, endpoint, tokens, args))
-        results.append(run_subprocess("ours", endpoint, tokens, args, python=args.ours_python))
+        caches = "empty" if not compiled_caches() else "filled (not a fresh clone)"
+        runs = []
+        for index in range(args.runs + args.shuffled_runs):
+            args.shuffle = index >= args.runs
+            load = " ".join(f"{value:.1f}" for value in os.getloadavg())
+            results = [run_subprocess(peer, endpoint, tokens, args) for peer in peers]
+            results.append(run_subprocess("ours", endpoint, tokens, args, python=args.ours_python))
+            name = f"run {index + 1}" + (", compiled caches " + caches if index == 0 else "")
+            runs.append({"name": name, "load": load, "results": results,
+                         "order": "each reader's own shuffle" if args.shuffle else "storage order (no shuffle)"})
+            meta = {"rows": args.rows, "tokens": tokens, "seed": args.seed, "uploaded_mib": uploaded / 2**20,
+                    "setup_s": setup_s, "caches": caches, "code": code_version(),
+                    "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs"}
+            text = table(runs, meta)  # written after every run: a long benchmark cut short keeps its runs
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(text)
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
-    meta = {"rows": args.rows, "tokens": tokens, "seed": args.seed, "uploaded_mib": uploaded / 2**20,
-            "setup_s": setup_s, "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs"}
-    text = table(results, meta)
     print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
     return 0
 
 

@@ -12,11 +12,27 @@ overlaps the step.
 
 Row ``r`` keeps ``kept[r]`` elements, at the start of the row (right padding) or at its end (``left``); every
 other position holds the pad value; ``kept <= width`` (the padding layout's kept lengths).
+
+Loading the loops (importing numba, then each loop from its disk cache, or compiling it when the cache is empty)
+takes about a second in a fresh process, and several when it compiles. A loader worker does not wait for it: its
+first batches run the same loops as Python (the same values: integer copies, and float32 operations in the same
+order) while a thread of its own loads them (:func:`loaded`); a forked worker whose parent had loaded them inherits
+them (and shares their memory: the loader loads them before forking workers when numba's disk cache holds them,
+:func:`cached`). Any other process loads them at its first call.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
 import numpy as np
+from torch.utils.data import get_worker_info
 
 from collators.compiled import compiled
 
@@ -25,7 +41,107 @@ NOT_WRITTEN = np.empty((0, 0), dtype=np.int64)
 """The ``mask`` or ``labels`` of :func:`pad_spans` that it does not write."""
 
 
-@compiled
+class Loop:
+    """One loop of this module: its compiled form where this process has loaded it (:func:`loaded`), else the
+    Python function itself (a loader worker's first batches, while a thread loads them)."""
+
+    def __init__(self, function: Callable[..., Any]) -> None:
+        self.function = function
+        self.dispatcher: Any = None
+        self.__doc__, self.__name__ = function.__doc__, function.__name__
+        LOOPS.append(self)
+
+    def __call__(self, *args: Any) -> Any:
+        dispatcher = self.dispatcher
+        if dispatcher is None and loaded():
+            dispatcher = self.dispatcher
+        return (self.function if dispatcher is None else dispatcher)(*args)
+
+
+LOOPS: list[Loop] = []
+"""The loops :func:`load` compiles, in the order of this module."""
+_LOADING: dict[int, threading.Thread] = {}
+"""``{pid: thread}``: the thread loading the loops in loader worker ``pid``."""
+_FAILURES: list[BaseException] = []
+"""What that thread raised; :func:`loaded` raises it again in the worker's own thread."""
+
+
+def loaded() -> bool:
+    """Whether this process runs the compiled loops. Outside loader workers they are loaded here, on the first
+    call. A loader worker that has not inherited them starts loading them in a thread of its own (once) and runs
+    the Python loops meanwhile; a failure of that thread is raised by the next call."""
+    if _ready():
+        return True
+    if get_worker_info() is None:
+        load()
+        return True
+    load_soon()
+    return False
+
+
+def _ready() -> bool:
+    return all(loop.dispatcher is not None for loop in LOOPS)
+
+
+def load_soon() -> None:
+    """Start :func:`load` in a thread of this process (once); raise what it raised, if it failed. Nothing may fork
+    this process before :func:`load` has waited for it: a forked child would inherit numba's locks as the thread
+    holds them."""
+    if _FAILURES:
+        raise RuntimeError("loading the compiled loops (collators._kernels, numba) failed in this process; the "
+                           "error above says why") from _FAILURES[0]
+    if not _ready() and os.getpid() not in _LOADING:
+        _LOADING[os.getpid()] = thread = threading.Thread(target=_load_noting_failure, name="load-loops",
+                                                          daemon=True)
+        thread.start()
+
+
+def load() -> None:
+    """Compile every loop (from numba's disk cache when it holds them) for the argument types of :func:`warm`,
+    then let the loops use them; waits for a loading that :func:`load_soon` started. The inner loops that others
+    call (:func:`_write_row`, :func:`_mask_row`) are registered with numba, so that the compiled loops call them
+    compiled and the Python ones as Python."""
+    thread = _LOADING.get(os.getpid())
+    if thread is not None:
+        thread.join()
+        load_soon()  # raises what the thread raised
+    _load_now()
+
+
+def _load_now() -> None:
+    if _ready():
+        return
+    from numba.extending import register_jitable
+
+    for inner in (_write_row, _mask_row):
+        register_jitable(inner)
+    dispatchers = [compiled(loop.function) for loop in LOOPS]
+    warm(*dispatchers)
+    for loop, dispatcher in zip(LOOPS, dispatchers):
+        loop.dispatcher = dispatcher
+
+
+def cached() -> bool:
+    """Whether numba's disk cache holds every loop for this Python (its index files, beside this module or under
+    ``NUMBA_CACHE_DIR``): loading them then compiles nothing (about half a second, mostly importing numba)."""
+    source = Path(os.path.abspath(__file__))
+    if os.environ.get("NUMBA_CACHE_DIR"):  # numba's _CacheLocator.get_suitable_cache_subpath
+        digest = hashlib.sha1(str(source.parent).encode()).hexdigest()
+        folder = Path(os.environ["NUMBA_CACHE_DIR"]) / f"{source.parent.name}_{digest}"
+    else:
+        folder = source.parent / "__pycache__"
+    tag = f"py{sys.version_info.major}{sys.version_info.minor}"
+    return all((folder / f"{source.stem}.{loop.function.__qualname__}-{loop.function.__code__.co_firstlineno}."
+                         f"{tag}.nbi").exists() for loop in LOOPS)
+
+
+def _load_noting_failure() -> None:
+    try:
+        _load_now()
+    except BaseException as error:  # noqa: BLE001  raised in the process's own thread by load_soon()
+        _FAILURES.append(error)
+
+
 def pad_spans(values: np.ndarray, starts: np.ndarray, kept: np.ndarray, left: bool, pad_value: int,
               out: np.ndarray, mask: np.ndarray, labels: np.ndarray, label_pad: int) -> tuple[int, int, int]:
     """Row ``r`` of ``out`` = ``values[starts[r]:starts[r] + kept[r]]``, padded with ``pad_value``; in the same
@@ -62,7 +178,6 @@ def pad_spans(values: np.ndarray, starts: np.ndarray, kept: np.ndarray, left: bo
     return -1, low, high
 
 
-@compiled
 def _write_row(row: np.ndarray, at: int, kept_values: np.ndarray, pad_value: int) -> None:
     """``row`` = ``kept_values`` from position ``at``, ``pad_value`` elsewhere: three slice writes, which numba
     turns into memset- and memcpy-like loops, rather than one loop that writes and tracks the kept range element by
@@ -73,7 +188,6 @@ def _write_row(row: np.ndarray, at: int, kept_values: np.ndarray, pad_value: int
     row[end:] = pad_value
 
 
-@compiled
 def _mask_row(row: np.ndarray, at: int, count: int) -> None:
     """A row of an attention mask: 1 at the ``count`` kept positions from ``at``, 0 at the padding."""
     row[:at] = 0
@@ -81,7 +195,6 @@ def _mask_row(row: np.ndarray, at: int, count: int) -> None:
     row[at + count:] = 0
 
 
-@compiled
 def first_span_outside(size: int, starts: np.ndarray, lengths: np.ndarray) -> int:
     """The first row whose span ``[starts[r], starts[r] + lengths[r])`` is not inside ``[0, size)`` (a negative
     length counts as outside), or -1: one call where numpy takes three reductions and a sum."""
@@ -91,7 +204,6 @@ def first_span_outside(size: int, starts: np.ndarray, lengths: np.ndarray) -> in
     return -1
 
 
-@compiled
 def repad_rows(source: np.ndarray, kept: np.ndarray, left: bool, pad_value: int, out: np.ndarray) -> None:
     """``out`` = ``source`` (both padded the same way), with ``pad_value`` at every padded position."""
     rows, width = out.shape
@@ -100,7 +212,6 @@ def repad_rows(source: np.ndarray, kept: np.ndarray, left: bool, pad_value: int,
         _write_row(out[r], at, source[r, at:at + kept[r]], pad_value)
 
 
-@compiled
 def write_mask(kept: np.ndarray, left: bool, out: np.ndarray) -> None:
     """``out`` = 1 at kept positions and 0 at padding (an attention mask)."""
     rows, width = out.shape
@@ -108,7 +219,6 @@ def write_mask(kept: np.ndarray, left: bool, out: np.ndarray) -> None:
         _mask_row(out[r], width - kept[r] if left else 0, kept[r])
 
 
-@compiled
 def scale_normalize(images: np.ndarray, scale: np.float32, mean: np.ndarray, std: np.ndarray,
                     out: np.ndarray) -> None:
     """``out[b, c, i] = (float32(images[b, c, i]) * scale - mean[c]) / std[c]`` over ``[batch, channels, pixels]``:
@@ -122,6 +232,26 @@ def scale_normalize(images: np.ndarray, scale: np.float32, mean: np.ndarray, std
                 out[b, c, i] = (np.float32(images[b, c, i]) * scale - shift) / spread
 
 
+pad_spans, first_span_outside, repad_rows, write_mask, scale_normalize = (
+    Loop(pad_spans), Loop(first_span_outside), Loop(repad_rows), Loop(write_mask), Loop(scale_normalize))
+
 TOKEN_DTYPES = (np.int32, np.int64)
-"""The dtypes of token values that :func:`warm_token_loops` compiles the loops for (Arrow's list<int32> and
-list<int64> columns, int64 tensors)."""
+"""The dtypes of token values that :func:`warm` compiles the loops for (Arrow's list<int32> and list<int64>
+columns, int64 tensors)."""
+
+
+def warm(pad: Any, outside: Any, repad: Any, mask: Any, scale: Any) -> None:
+    """Compile the loops given (``pad_spans``, ``first_span_outside``, ``repad_rows``, ``write_mask``,
+    ``scale_normalize``, compiled) for the usual argument types: read-only and writable token values of
+    :data:`TOKEN_DTYPES`, int64 starts, lengths and output; uint8 images to float32."""
+    starts, kept, out = np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros((1, 1), np.int64)
+    outside(0, starts, kept)
+    mask(kept, False, out)
+    repad(out, kept, False, 0, out)
+    for dtype in TOKEN_DTYPES:
+        for writable in (False, True):
+            values = np.zeros(1, dtype)
+            values.flags.writeable = writable
+            pad(values, starts, kept, False, 0, out, out, out, 0)
+    statistics = np.zeros(1, np.float32)
+    scale(np.zeros((1, 1, 1), np.uint8), np.float32(1), statistics, statistics + 1, np.zeros((1, 1, 1), np.float32))

@@ -18,7 +18,7 @@ import torch
 
 from collators._kernels import first_span_outside
 from collators._text_inputs import as_mapping_rows, column, flatten_ids
-from collators.columns import RaggedColumn, SpanColumn
+from collators.columns import RaggedColumn, SpanColumn, numpy_of
 
 
 class RowInputs:
@@ -80,7 +80,7 @@ def _arrow_ragged(array: Any) -> RaggedColumn | None:
     values = array.values
     if values.null_count or not (pa.types.is_integer(values.type) or pa.types.is_boolean(values.type)):
         return None
-    return RaggedColumn(values.to_numpy(zero_copy_only=False), array.offsets.to_numpy())
+    return RaggedColumn(numpy_of(values), numpy_of(array.offsets))
 
 
 class ColumnInputs:

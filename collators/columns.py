@@ -15,7 +15,20 @@ import numpy as np
 
 from collators._layout_index import span_index
 
-__all__ = ["ColumnBatch", "RaggedColumn", "RowBatch", "SpanColumn"]
+__all__ = ["ColumnBatch", "RaggedColumn", "RowBatch", "SpanColumn", "numpy_of"]
+
+
+def numpy_of(array: Any) -> np.ndarray:
+    """``array.to_numpy(zero_copy_only=False)`` for a pyarrow integer or boolean array: an integer array without
+    nulls as a read-only view of its data buffer (no copy, as ``to_numpy`` gives it). pyarrow's ``to_numpy``
+    imports pandas at its first call, over a second that a fresh loader worker would add to its first batch."""
+    import pyarrow as pa
+
+    kind = array.type
+    if not pa.types.is_integer(kind) or array.null_count or len(array) == 0:
+        return array.to_numpy(zero_copy_only=False)
+    dtype = np.dtype(f"{'u' if pa.types.is_unsigned_integer(kind) else ''}int{kind.bit_width}")
+    return np.frombuffer(array.buffers()[1], dtype=dtype, count=len(array), offset=array.offset * dtype.itemsize)
 
 
 class RowBatch(list):

@@ -10,13 +10,14 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-import numba
-
 
 def compiled(function: Callable[..., Any]) -> Any:
     """``numba.njit(nogil=True, cache=True)(function)``. Where numba finds no writable place for its disk cache
     (neither beside this module nor in the user's cache folder, as in a read-only container) it says so, and the
-    loops are compiled in every process instead (about 1 s at the first batch)."""
+    loops are compiled in every process instead (about 1 s at the first batch). numba is imported here, at the
+    first loop compiled, so that importing a module of loops costs nothing until they run."""
+    import numba
+
     try:
         return numba.njit(nogil=True, cache=True)(function)
     except RuntimeError as error:

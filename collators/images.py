@@ -3,20 +3,22 @@ the float range check, normalization.
 
 Scaling and normalization use ``torchvision.transforms.v2.functional`` (``to_image``, ``to_dtype(scale=True)``,
 ``normalize``), applied once to the stacked batch rather than per image; a uint8 batch takes one compiled pass
-of the same float32 operations (:func:`collators._kernels.scale_normalize`), equal bit for bit.
+of the same float32 operations (:func:`collators._kernels.scale_normalize`), equal bit for bit. torchvision is
+imported at the first batch that needs it (:func:`transforms`), so a loader worker collating uint8 tensors never
+imports it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 import torch
-import torchvision.transforms.v2.functional as TF
 from PIL import Image
 
-from collators._kernels import scale_normalize
+from collators._kernels import loaded, scale_normalize
 
 NORMALIZATION_PRESETS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "imagenet": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
@@ -28,6 +30,15 @@ _PIL_CONVERT = {"1": "L", "LA": "L", "L": "L", "RGB": "RGB", **dict.fromkeys(("R
                                                                             "YCbCr", "LAB", "HSV"), "RGB")}
 """PIL mode -> the mode it is read as; alpha is dropped (not composited)."""
 RESIZE_FIX = "resize every image to one size in a dataset transform, e.g. torchvision.transforms.v2.Resize((H, W))"
+
+
+def transforms() -> ModuleType:
+    """``torchvision.transforms.v2.functional``, imported at its first use: importing it imports all of torchvision
+    (its models, datasets and ops, over a second in a fresh process), which a spawned loader worker whose rows are
+    uint8 tensors (the compiled path) would pay before its first batch and never use."""
+    import torchvision.transforms.v2.functional as TF
+
+    return TF
 
 
 def normalize_batch(
@@ -44,6 +55,7 @@ def normalize_batch(
     """
     if (mean is None) != (std is None):
         raise ValueError(f"give mean and std together, but got mean={mean!r}, std={std!r}")
+    TF = transforms()
     pixels = TF.to_dtype(pixel_values, torch.float32, scale=True)
     if mean is None:
         return pixels.clone() if pixels is pixel_values else pixels
@@ -52,11 +64,16 @@ def normalize_batch(
 
 def scale_uint8(stacked: torch.Tensor, mean: np.ndarray, std: np.ndarray) -> torch.Tensor:
     """A uint8 ``[B, C, H, W]`` batch scaled to float32 [0, 1] by 1/255 (``to_dtype(scale=True)``), then
-    ``(x - mean) / std`` per channel (float32 arrays; zeros and ones to scale only), in one compiled pass
-    (:func:`collators._kernels.scale_normalize`): the values of torchvision's ops, bit for bit."""
+    ``(x - mean) / std`` per channel (float32 arrays; zeros and ones to scale only): the values of torchvision's
+    ops, bit for bit, in one compiled pass (:func:`collators._kernels.scale_normalize`), or, in a loader worker
+    still loading the compiled loops (:func:`collators._kernels.loaded`), by those ops themselves (a cast and three
+    in-place ops)."""
     if stacked.ndim != 4 or not len(mean) == len(std) == stacked.shape[1]:
         raise ValueError(f"scale_uint8 needs a [B, C, H, W] batch and C values of mean and std, but got a batch of "
                          f"shape {tuple(stacked.shape)}, mean={mean.tolist()}, std={std.tolist()}")
+    if not loaded():  # to_dtype(scale=True), then normalize's sub_ and div_, as torchvision runs them
+        pixels = stacked.to(torch.float32).mul_(1.0 / 255)
+        return pixels.sub_(torch.from_numpy(mean).view(-1, 1, 1)).div_(torch.from_numpy(std).view(-1, 1, 1))
     out = torch.empty(stacked.shape, dtype=torch.float32)
     batch, channels = stacked.shape[:2]
     scale_normalize(stacked.numpy().reshape(batch, channels, -1), np.float32(1.0 / 255), mean, std,
@@ -134,7 +151,7 @@ def to_chw(image: Any, index: int, key: str) -> torch.Tensor:
             )
         if image.mode != _PIL_CONVERT[image.mode]:
             image = image.convert(_PIL_CONVERT[image.mode])
-        tensor = TF.to_image(image).as_subclass(torch.Tensor)
+        tensor = transforms().to_image(image).as_subclass(torch.Tensor)
     elif isinstance(image, np.ndarray):
         if image.ndim == 3 and image.shape[-1] > 4 and image.shape[0] <= 4:
             raise ValueError(
@@ -145,7 +162,7 @@ def to_chw(image: Any, index: int, key: str) -> torch.Tensor:
             raise ValueError(f"{where} should be an HWC or HW numpy array, but got shape {image.shape}")
         if not image.flags.writeable or any(stride < 0 for stride in image.strides):
             image = image.copy()  # torch.from_numpy rejects negative strides and warns on read-only arrays
-        tensor = TF.to_image(image).as_subclass(torch.Tensor)
+        tensor = transforms().to_image(image).as_subclass(torch.Tensor)
     elif isinstance(image, torch.Tensor):
         if image.ndim not in (2, 3):
             raise ValueError(f"{where} should be a CHW or HW tensor, but got shape {tuple(image.shape)}")

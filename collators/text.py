@@ -11,7 +11,7 @@ import torch
 from collators import _text_options as opts
 from collators._extra import collate_extra
 from collators._generator import OwnGenerator
-from collators._kernels import TOKEN_DTYPES, first_span_outside, pad_spans, repad_rows, write_mask
+from collators._kernels import cached, load, load_soon
 from collators._padding import PaddingLayout, check_padding_side, padded_length
 from collators._text_batch import ColumnInputs, RaggedColumn, RowInputs, SpanColumn, batch_inputs
 from collators._text_inputs import flatten_ids, tokenize_column
@@ -255,54 +255,20 @@ def create_text_collator(task_spec: TaskSpec | None = None, **kwargs: Any) -> Te
     return TextCollator(task_spec=task_spec, **kwargs)
 
 
-_WARMING: dict[int, Any] = {}
-"""``{pid: thread}``: the background warming of :func:`warm_token_loops_soon` started in process ``pid``."""
-
-
-def warm_token_loops_soon() -> None:
-    """Start :func:`warm_token_loops` in a background thread of this process (once), for work that waits on I/O
-    meanwhile (listing shards in object storage); :func:`warm_token_loops` waits for it. Nothing may fork this
-    process before that: a forked child would inherit numba's locks as the thread holds them."""
-    import os
-    import threading
-
-    if os.getpid() not in _WARMING:
-        thread = threading.Thread(target=_warm_quietly, name="warm-token-loops", daemon=True)
-        _WARMING[os.getpid()] = thread
-        thread.start()
-
-
 def warm_token_loops() -> None:
-    """Compile the token padding loops in this process for the usual argument types (read-only and writable
-    values of :data:`TOKEN_DTYPES`, int64 starts, lengths and output), from numba's disk cache when it holds them.
-
-    Called before forking loader workers: each worker then inherits the compiled loops. Otherwise each worker
-    compiles them on its first batch, which imports numba's compiler and builds LLVM state in that worker:
-    about 35 MiB of private memory per worker, that forked workers cannot share. Waits for a warming that
-    :func:`warm_token_loops_soon` started (a failure there is met again here, and raised).
-    """
-    import os
-
-    thread = _WARMING.get(os.getpid())
-    if thread is not None:
-        thread.join()
-    _warm()
+    """Load the compiled padding loops in this process (:func:`collators._kernels.load`: from numba's disk cache
+    when it holds them, else compiled) for the usual argument types, rather than at the first batch. Loader workers
+    forked afterwards inherit them (and share their memory: about 35 MiB of private memory per worker otherwise)
+    instead of each loading its own in a thread while its first batches run the same loops as Python. Waits for a
+    loading that :func:`warm_token_loops_soon` started."""
+    load()
 
 
-def _warm_quietly() -> None:
-    import contextlib
-
-    with contextlib.suppress(Exception):  # met again, and raised, by warm_token_loops in the caller's thread
-        _warm()
-
-
-def _warm() -> None:
-    starts, kept, out = np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros((1, 1), np.int64)
-    first_span_outside(0, starts, kept)
-    write_mask(kept, False, out)
-    repad_rows(out, kept, False, 0, out)
-    for dtype in TOKEN_DTYPES:
-        for writable in (False, True):
-            values = np.zeros(1, dtype)
-            values.flags.writeable = writable
-            pad_spans(values, starts, kept, False, 0, out, out, out, 0)
+def warm_token_loops_soon() -> bool:
+    """Start loading the compiled loops in a thread of this process when numba's disk cache holds them (loading
+    then compiles nothing), for work that waits on I/O meanwhile (listing shards in object storage); returns
+    whether it started. :func:`warm_token_loops` waits for it; nothing may fork this process before that."""
+    if not cached():
+        return False
+    load_soon()
+    return True

@@ -1,10 +1,10 @@
 """Image collation: tensors, numpy arrays and PIL images to one normalized float32 ``[B, C, H, W]`` batch.
 
 Scaling and normalization use ``torchvision.transforms.v2.functional`` (``to_image``, ``to_dtype(scale=True)``,
-``normalize``), applied once to the stacked batch rather than per image; a uint8 batch takes one compiled pass
-of the same float32 operations (:func:`collators._kernels.scale_normalize`), equal bit for bit. With
-``keep_uint8=True`` the batch stays uint8 (a quarter of the bytes to copy and transfer) and
-:func:`normalize_batch` finishes it on the device.
+``normalize``), applied once to the stacked batch rather than per image, imported when a batch first needs them; a
+uint8 batch takes one compiled pass of the same float32 operations (:func:`collators._kernels.scale_normalize`),
+equal bit for bit, and imports no torchvision. With ``keep_uint8=True`` the batch stays uint8 (a quarter of the
+bytes to copy and transfer) and :func:`normalize_batch` finishes it on the device.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torchvision.transforms.v2.functional as TF
 
 from collators._extra import add_extra_keys
 from collators.default import MISSING, check_targets_present, collate_labels
@@ -27,6 +26,7 @@ from collators.images import (
     stack_plain,
     stats,
     to_chw,
+    transforms,
 )
 from collators.targets import row_name
 from task_spec import TaskSpec
@@ -186,7 +186,7 @@ class VisionCollator:
             channels = stacked.shape[1]
             return scale_uint8(stacked, *(self._statistics if self.normalize else (
                 np.zeros(channels, np.float32), np.ones(channels, np.float32))))
-        pixels = TF.to_dtype(stacked, torch.float32, scale=True)
+        pixels = transforms().to_dtype(stacked, torch.float32, scale=True)
         if floats:
             check_float_range(pixels, floats, self.input_field)
         if self.normalize:  # the ops of torchvision's normalize, with the statistics made once
@@ -214,7 +214,8 @@ class VisionCollator:
                 f"{images[floats[0]].dtype}; pass keep_uint8=False or convert the images to uint8"
             )
         if floats:
-            images = [TF.to_dtype(image, torch.float32, scale=True) for image in images]
+            to_dtype = transforms().to_dtype
+            images = [to_dtype(image, torch.float32, scale=True) for image in images]
         return torch.stack(images), floats
 
     def _check_same_channels(self, images: list[torch.Tensor]) -> None:

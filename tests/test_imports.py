@@ -1,5 +1,6 @@
 """Startup: each process imports what its task needs. A text task's loader workers import no torchvision,
-torchaudio, matplotlib or pandas, and a plain training loop imports no Lightning (docs/performance.md, "Startup").
+torchaudio, matplotlib or pandas, a vision task's workers collating uint8 tensors no torchvision either, and a
+plain training loop imports no Lightning (docs/performance.md, "Startup").
 
 Each check runs in a fresh interpreter: this test process has imported everything already.
 """
@@ -23,7 +24,7 @@ import sys
 
 
 class ReportsModules:
-    """The text collator's batch, plus the top-level modules loaded in the worker process that made it."""
+    """The collator's batch, plus the top-level modules loaded in the worker process that made it."""
 
     def __init__(self, collator):
         self.collator = collator
@@ -43,8 +44,13 @@ if __name__ == "__main__":  # a spawned worker imports this file again as __mp_m
     from engine import DataLoaderConfig, DataLoaderFactory
     from task_spec import TaskSpec
 
-    collator = CollatorRegistry.get_instance().get_collator(TaskSpec.lm_tiny(), pad_token_id=0)
-    rows = [torch.arange(1, 3 + n) for n in range(8)]
+    if sys.argv[1] == "text":
+        collator = CollatorRegistry.get_instance().get_collator(TaskSpec.lm_tiny(), pad_token_id=0)
+        rows = [torch.arange(1, 3 + n) for n in range(8)]
+    else:
+        collator = CollatorRegistry.get_instance().get_collator(TaskSpec.vision_tiny())
+        rows = torch.utils.data.StackDataset(pixel_values=torch.arange(8, dtype=torch.uint8).repeat_interleave(48)
+                                             .view(8, 3, 4, 4), labels=torch.arange(8) % 2)
     config = DataLoaderConfig(batch_size=4, num_workers=1, multiprocessing_context="spawn", timeout=120,
                               collate_fn=ReportsModules(collator))
     batch = next(iter(DataLoaderFactory().create_dataloader(rows, config)))
@@ -65,9 +71,19 @@ def run_python(*arguments: str) -> str:
 def test_a_spawned_text_worker_imports_no_vision_audio_figures_or_dataframes(tmp_path):
     script = tmp_path / "worker_modules.py"
     script.write_text(WORKER_SCRIPT)
-    report = json.loads(run_python(str(script)).splitlines()[-1])
+    report = json.loads(run_python(str(script), "text").splitlines()[-1])
     assert report["keys"] == ["attention_mask", "input_ids", "labels", "modules"]
     assert {"collators", "engine", "torch"} <= set(report["worker"])  # it did unpickle the text collator
+    assert [name for name in HEAVY + LIGHTNING if name in report["worker"]] == []
+    assert [name for name in HEAVY + LIGHTNING if name in report["parent"]] == []
+
+
+def test_a_spawned_vision_worker_collating_uint8_tensors_imports_no_torchvision(tmp_path):
+    script = tmp_path / "worker_modules.py"
+    script.write_text(WORKER_SCRIPT)
+    report = json.loads(run_python(str(script), "vision").splitlines()[-1])
+    assert report["keys"] == ["labels", "modules", "pixel_values"]
+    assert {"collators", "engine", "torch"} <= set(report["worker"])  # it did unpickle the vision collator
     assert [name for name in HEAVY + LIGHTNING if name in report["worker"]] == []
     assert [name for name in HEAVY + LIGHTNING if name in report["parent"]] == []
 

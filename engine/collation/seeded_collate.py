@@ -102,12 +102,14 @@ class SeededCollate:
             except Exception as single:  # the row's own failure (a corrupt image, a bad value), recorded
                 first = first or single
                 where = f"{places[place]}: " if places[place] else ""
-                records.append(SkippedRow(rows.indices[place], rows.role, type(single).__name__,
-                                          f"{where}{single}"))
+                mixed = rows.sources is not None  # a mixture's row: named by its source, left out of the counts
+                records.append(SkippedRow(rows.indices[place], f"{rows.role} {rows.sources[place]!r}" if mixed
+                                          else rows.role, type(single).__name__, f"{where}{single}",
+                                          mixed_row=rows.positions[place] if mixed else None))
                 continue
             kept.append(place)
         if not records:  # no row fails alone: the batch, not a row, is at fault
-            raise named_error(error, collate_failure(error, rows.indices, rows.role)) from error
+            raise named_error(error, collate_failure(error, rows.indices, rows.role, rows.sources)) from error
         if not kept:
             raise named_error(first, f"every row of the batch {rows.indices[:8]} of the {rows.role} data failed to "
                                      f"collate, and on_error={rows.on_error!r} leaves out rows, not whole batches "
@@ -123,9 +125,9 @@ class SeededCollate:
 
 def skips_rows(rows: Any) -> bool:
     """Whether ``rows`` come from a source that leaves out rows that fail (``on_error`` 'skip' or 'warn'), one by
-    one: a mixture's batch is not (its rows' records count per source)."""
+    one; a mixture's rows too, each recorded with its position so the served counts leave it out."""
     return (isinstance(rows, RowBatch) and getattr(rows, "on_error", "raise") != "raise"
-            and rows.indices is not None and rows.sources is None)
+            and rows.indices is not None and (rows.sources is None or rows.positions is not None))
 
 
 def _part(rows: RowBatch, places: list[int]) -> RowBatch:
@@ -133,6 +135,8 @@ def _part(rows: RowBatch, places: list[int]) -> RowBatch:
     part = RowBatch([rows[place] for place in places])
     part.rng_seed, part.role, part.on_error = rows.rng_seed, rows.role, rows.on_error
     part.indices = [rows.indices[place] for place in places]
+    if rows.sources is not None:
+        part.sources = [rows.sources[place] for place in places]
     if rows.positions is not None:
         part.positions = [rows.positions[place] for place in places]
     places_of = getattr(rows, "places", None)

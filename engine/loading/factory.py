@@ -96,12 +96,14 @@ class DataLoaderFactory:
                 )
             check_picklable(dataset, collate, kwargs)
             return ResumableLoader(dataset, batch_size=config.batch_size, drop_last=config.drop_last, **common)
+        forked = bool(kwargs["num_workers"]) and _forks(kwargs)
+        warmed = forked and warm_token_loops_soon()  # overlaps listing shards, when the loops are cached
         source = as_source(dataset)
         if collate.reads_columns:  # fetched as columns where the source can, padded from them
             source = source.handing_columns()
         check_picklable(source, collate, kwargs)
-        if kwargs["num_workers"] and _forks(kwargs):
-            warm_token_loops()  # forked workers share the compiled loops instead of each compiling its own
+        if warmed:
+            warm_token_loops()  # forked workers share the compiled loops instead of each loading its own
         if batch_sampler is not None:
             return _attach_epoch_handle(_map_loader(source, batch_sampler, config, common))
         sampler = SeededBatchSampler(
@@ -247,10 +249,10 @@ def _start_method(kwargs: dict[str, Any]) -> str:
 
 
 def warm_while_listing(data: list[Any], num_workers: int, multiprocessing_context: str | None) -> None:
-    """Start compiling the token loops (:func:`~collators.text.warm_token_loops_soon`) when ``data`` (what a module
-    was given; a dict: its values) holds shards and loader workers will fork: the loops are then ready, or nearly,
-    once the shards are listed, rather than compiled after it on the way to the first batch. The factory waits for
-    them before the workers fork."""
+    """Start loading the token loops (:func:`~collators.text.warm_token_loops_soon`, when numba's disk cache holds
+    them) when ``data`` (what a module was given; a dict: its values) holds shards and loader workers will fork:
+    the loops are then ready, or nearly, once the shards are listed, rather than loaded after it on the way to the
+    first batch. The factory waits for them before the workers fork."""
     given = [part for item in data for part in (item.values() if isinstance(item, Mapping) else [item])]
     if num_workers and _forks({"multiprocessing_context": multiprocessing_context}) and any(
             map(is_shard_data, given)):
@@ -264,11 +266,11 @@ def warm_token_loops() -> None:
     warm()
 
 
-def warm_token_loops_soon() -> None:
+def warm_token_loops_soon() -> bool:
     """:func:`collators.text.warm_token_loops_soon`; the text collator's module is imported when called."""
     from collators.text import warm_token_loops_soon as warm_soon
 
-    warm_soon()
+    return warm_soon()
 
 
 def _forks(kwargs: dict[str, Any]) -> bool:

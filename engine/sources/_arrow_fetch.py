@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from collators.columns import RaggedColumn, SpanColumn
+from collators.columns import RaggedColumn, SpanColumn, numpy_of
 from engine.sources import _arrow_buffers
 from engine.sources._arrow_buffers import list_of_ints, shared_view, uniform_value
 
@@ -37,8 +37,8 @@ class _RaggedIndex:
     def __init__(self, column: Any) -> None:
         chunks = [chunk for chunk in column.chunks if len(chunk)]
         self.bounds = np.cumsum([0] + [len(chunk) for chunk in chunks], dtype=np.int64)
-        offsets = [chunk.offsets.to_numpy() for chunk in chunks]  # slice-adjusted, zero-copy
-        values = [chunk.values.to_numpy(zero_copy_only=False) for chunk in chunks]  # copies only bit-packed bools
+        offsets = [numpy_of(chunk.offsets) for chunk in chunks]  # slice-adjusted, zero-copy
+        values = [numpy_of(chunk.values) for chunk in chunks]  # copies only bit-packed bools
         self.chunk_offsets, self.chunk_values = offsets, values
         self.values: np.ndarray | None = None
         self.position_shift: np.ndarray | None = None

@@ -244,7 +244,7 @@ class MixedSource(ColumnarSource):
             skipped += [dataclasses.replace(record, mixed_row=left_out.get(record.index)) if left_out else record
                         for record in batch.skipped or []]  # the served counts leave these rows out
         out = RowBatch(row for row, keep in zip(rows, kept) if keep)
-        out.rng_seed, out.role = getattr(indices, "rng_seed", None), self.role
+        out.rng_seed, out.role, out.on_error = getattr(indices, "rng_seed", None), self.role, self.on_error
         out.indices = [user for user, keep in zip(users, kept) if keep]
         out.sources = [self.names[number] for number, keep in zip(which.tolist(), kept) if keep]
         out.positions = [int(row) for row, keep in zip(np.asarray(indices), kept) if keep]

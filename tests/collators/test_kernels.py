@@ -168,10 +168,43 @@ def test_warmed_loops_serve_arrow_token_rows_without_compiling():
     from collators.text import warm_token_loops
 
     warm_token_loops()
-    compiled = len(pad_spans.overloads)
+    compiled = len(pad_spans.dispatcher.overloads)
     for dtype in (np.int32, np.int64):
         values = np.arange(10, dtype=dtype)
         values.flags.writeable = False  # as memory-mapped Arrow buffers are
         layout = PaddingLayout(np.array([3, 5]), length=6)
         layout.gather(values, np.array([0, 4]), pad_value=0)
-    assert len(pad_spans.overloads) == compiled  # a forked worker inherits these: it compiles nothing
+    assert len(pad_spans.dispatcher.overloads) == compiled  # a forked worker inherits these: it compiles nothing
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, database=None)
+@given(st.lists(st.integers(0, 6), min_size=1, max_size=5), st.booleans(), st.sampled_from([np.int32, np.int64]),
+       st.integers(-2, 9))
+def test_the_python_loops_a_worker_runs_while_loading_give_the_compiled_values(lengths, left, dtype, pad):
+    """A loader worker's first batches run the loops as Python (:func:`collators._kernels.loaded`): the padded
+    rows, mask, labels, value range and refusals are those of the compiled loops."""
+    from collators import _kernels
+
+    _kernels.load()
+    values = np.arange(100, 100 + sum(lengths) + 3, dtype=dtype)
+    kept = np.asarray(lengths, dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(kept)[:-1]]).astype(np.int64)
+    if pad == 9:  # a span past the values: refused, nothing written
+        starts[-1] = len(values)
+        kept[-1] = max(kept[-1], 1)
+    width = int(kept.max()) + 1
+    results = []
+    for run in (_kernels.pad_spans.dispatcher, _kernels.pad_spans.function):
+        out, mask, labels = (np.full((len(kept), width), 7, dtype=np.int64) for _ in range(3))
+        found = run(values, starts, kept, left, pad, out, mask, labels, -100)
+        results.append(([int(value) for value in found], out.tolist(), mask.tolist(), labels.tolist()))
+    assert results[0] == results[1]
+    outside = [run(values.size, starts, kept) for run in (_kernels.first_span_outside.dispatcher,
+                                                           _kernels.first_span_outside.function)]
+    assert outside[0] == outside[1]
+    masks = []
+    for run in (_kernels.write_mask.dispatcher, _kernels.write_mask.function):
+        out = np.full((len(kept), width), 7, dtype=np.int64)
+        run(np.minimum(kept, width), left, out)
+        masks.append(out.tolist())
+    assert masks[0] == masks[1]

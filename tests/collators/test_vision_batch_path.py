@@ -78,6 +78,19 @@ class TestUint8AgainstTorchvision:
         scaled = VisionCollator(normalize=False)(images)["pixel_values"]  # 3 default statistics, unused
         assert torch.equal(scaled, reference(images, [0] * 3, None)["pixel_values"])
 
+    @pytest.mark.parametrize("name", list(STATS))
+    def test_a_worker_still_loading_the_compiled_pass_gives_the_same_bits(self, name: str, monkeypatch) -> None:
+        """A loader worker scales its first batches with torch's ops while it loads the compiled pass."""
+        import collators.images
+
+        monkeypatch.setattr(collators.images, "loaded", lambda: False)
+        images = every_value_images()
+        mean, std = STATS[name]
+        batch = VisionCollator(mean=mean, std=std)(images)["pixel_values"]
+        assert torch.equal(batch, reference(images, [0] * len(images), (mean, std))["pixel_values"])
+        scaled = VisionCollator(normalize=False)(images)["pixel_values"]
+        assert torch.equal(scaled, reference(images, [0] * len(images), None)["pixel_values"])
+
     def test_the_compiled_pass_refuses_statistics_of_another_length(self) -> None:
         from collators.images import scale_uint8
 

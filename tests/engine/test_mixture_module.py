@@ -606,3 +606,28 @@ def test_resuming_plans_the_same_epochs_whatever_the_epoch_number(monkeypatch):
     late, summary = resumed_walks(12)
     assert (early, late) == ([0, 1], [0, 12])  # epoch 0 sizes the sampler; was all 13 epochs up to 12
     assert abs(summary["sources"]["code"]["target_share"] - 0.3) < 0.01  # the summary still counts every epoch
+
+
+class BadValue(Tagged):
+    """Tagged rows whose row 3 reads but fails to collate (a 2-D ``input_ids``), as a corrupt image fails where
+    it is decoded."""
+
+    def __getitem__(self, index):
+        row = super().__getitem__(index)
+        return {**row, "input_ids": torch.zeros(2, 2, dtype=torch.long)} if index == 3 else row
+
+
+def test_a_row_that_fails_to_collate_is_left_out_named_by_its_source_and_not_counted_as_served():
+    def skipping():
+        return module({"web": 0.5, "code": 0.5}, data={"web": Tagged(1, 20), "code": BadValue(2, 20)},
+                      on_error="skip", batch_size=8)
+
+    dm = skipping()
+    rows = [row for batch in dm.train_dataloader() for row in served(batch)]
+    assert (2, 3) not in rows and len(rows) == 39 and len(set(rows)) == 39
+    assert [(record.split, record.index) for record in dm.skipped.records] == [("train 'code'", 3)]
+    code = [row for tag, row in rows if tag == 2]
+    assert dm.state_dict()["train_loader"]["_index_sampler_state"]["mixture"]["served"]["code"][0] == len(code)
+    with pytest.raises(TypeError, match=r"row 3 of the train data's source 'code'"):  # on_error='raise' names it
+        list(module({"web": 0.5, "code": 0.5}, data={"web": Tagged(1, 20), "code": BadValue(2, 20)},
+                    batch_size=8).train_dataloader())

@@ -172,13 +172,14 @@ class RaggedView(NamedTuple):
 
 def ragged_view(column: Any) -> RaggedView | None:
     """A :class:`RaggedView` of a list-of-integers column without nulls, else None."""
+    from collators.columns import numpy_of
     from engine.sources._arrow_buffers import list_of_ints, shared_view
 
     if not list_of_ints(column):
         return None
     chunks = [chunk for chunk in column.chunks if len(chunk)] or column.chunks[:1]
-    values = [chunk.values.to_numpy(zero_copy_only=False) for chunk in chunks]
-    offsets = [chunk.offsets.to_numpy() for chunk in chunks]
+    values = [numpy_of(chunk.values) for chunk in chunks]  # not to_numpy: it imports pandas
+    offsets = [numpy_of(chunk.offsets) for chunk in chunks]
     bounds = np.cumsum([0] + [len(chunk) for chunk in chunks], dtype=np.int64)
     if len(chunks) == 1:
         zero = np.zeros(1, dtype=np.int64)

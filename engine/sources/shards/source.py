@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from collators.columns import RaggedColumn
+from collators.columns import RaggedColumn, numpy_of
 from engine.sources.protocol import EpochBlocks
 from engine.sources.rows import ColumnarSource, empty_rows_error
 from engine.sources.shards import tars
@@ -239,11 +239,11 @@ class ShardedSource(ColumnarSource):
         for chunk in np.split(order, bounds) if len(order) else []:
             group = int(groups[chunk[0]])
             local = rows[chunk] - self.listing.group_start[group]
-            pieces.append(self.reader.table(group).take(pa.array(local)))
+            pieces.append(self.reader.table(group).take(arrow_indices(local)))
         if not pieces:
             return self.listing.schema.empty_table()
         table = pa.concat_tables(pieces)
-        return table.take(pa.array(np.argsort(order, kind="stable")))
+        return table.take(arrow_indices(np.argsort(order, kind="stable")))
 
     def _fetch(self, positions: list[int]) -> list[dict[str, Any]]:
         if self.listing.damaged:  # tar samples with a member cut short: refused, named (or left out, on_error)
@@ -319,12 +319,32 @@ class ShardedSource(ColumnarSource):
             columns[name] = RaggedColumn(values, offsets)
             if name == self.token_key:
                 self._check_tokens(positions, lengths)
+        for name in self.column_names:
+            if name not in columns and name not in cut and (plain := self._integers(name, present, where, local)):
+                columns[name] = plain
         others = [name for name in self.column_names if name not in columns]
         if others:
             table = self._table(positions).select(others)
             columns.update({name: table.column(name).to_pylist() for name in others})
             columns.update({name: self._cut(columns[name], positions) for name in others if name in cut})
         return {name: columns[name] for name in self.column_names}
+
+    def _integers(self, name: str, present: np.ndarray, where: np.ndarray, local: np.ndarray) -> list[int] | None:
+        """An integer column without nulls at the rows (``local`` in the row groups ``present[where]``), as the
+        Python ints ``to_pylist`` gives, read from numpy views of the row groups; None for any other column. The
+        Table path (``take``) would import ``pyarrow.compute``, most of a second in a fresh loader worker."""
+        import pyarrow as pa
+
+        values = np.empty(len(local), dtype=np.int64)
+        for number, group in enumerate(present.tolist()):
+            column = self.reader.table(group).column(name)
+            if not pa.types.is_integer(column.type) or column.type == pa.uint64() or column.null_count:
+                return None  # uint64 past int64 stays on the Table path
+            mask = where == number
+            whole = np.concatenate([numpy_of(chunk) for chunk in column.chunks]) if column.num_chunks != 1 else (
+                numpy_of(column.chunk(0)))
+            values[mask] = whole[local[mask]]
+        return values.tolist()
 
     def lengths(self, key: str | None) -> np.ndarray:
         """The length of every row's ``key`` list (int64), read column-only per row group and kept in the cache
@@ -384,3 +404,13 @@ class ShardedSource(ColumnarSource):
 
     def __getstate__(self) -> dict[str, Any]:  # the reader's open tables are memory maps of this process
         return {**self.__dict__, "_readers": [], "_worker_counts": Counter(), "_sent": None}
+
+
+def arrow_indices(positions: np.ndarray) -> Any:
+    """``pyarrow.array(positions)`` (int64) built from the numpy buffer itself: ``pyarrow.array`` imports pandas
+    (to recognize its objects) at its first call, over a second that a fresh loader worker would add to its first
+    batch."""
+    import pyarrow as pa
+
+    values = np.ascontiguousarray(positions, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])

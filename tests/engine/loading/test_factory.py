@@ -116,12 +116,44 @@ class TestCreateDataloader:
             DataLoaderFactory().create_dataloader(TensorDataset(torch.arange(4)), {"batch_size": 2})
 
 
-@pytest.mark.parametrize(("workers", "context", "warmed"), [(2, "fork", True), (0, None, False), (2, "spawn", False)])
-def test_the_token_loops_are_compiled_before_forking_workers(monkeypatch, workers, context, warmed):
-    import engine.loading.factory as factory
+FORKED_FIRST_BATCHES = """
+import json, sys
 
-    calls = []
-    monkeypatch.setattr(factory, "warm_token_loops", lambda: calls.append(1))
-    DataLoaderFactory().create_dataloader(TensorDataset(torch.arange(8)), DataLoaderConfig(
-        batch_size=4, num_workers=workers, multiprocessing_context=context))
-    assert bool(calls) is warmed  # forked workers inherit the compiled loops; spawned ones import their own
+import torch
+
+from collators import CollatorRegistry
+from engine import DataLoaderConfig, DataLoaderFactory
+from task_spec import TaskSpec
+
+collator = CollatorRegistry.get_instance().get_collator(TaskSpec.lm_tiny(), pad_token_id=0)
+rows = [torch.arange(5, 5 + n % 37) for n in range(200)]
+batches = {}
+for workers in (2, 0):  # 0 workers (which loads the loops, compiling them if need be) comes second
+    config = DataLoaderConfig(batch_size=8, shuffle=True, seed=1, num_workers=workers, collate_fn=collator,
+                              multiprocessing_context="fork" if workers else None, timeout=120 if workers else 0)
+    batches[workers] = [{key: value.tolist() for key, value in batch.items()}
+                        for batch in DataLoaderFactory().create_dataloader(rows, config)]
+    if workers:
+        parent = "numba" in sys.modules
+print(json.dumps({"same": batches[2] == batches[0], "batches": len(batches[0]), "numba_in_parent": parent}))
+"""
+
+
+def test_forked_workers_inherit_the_cached_loops_or_load_their_own_with_the_same_batches(tmp_path):
+    """With numba's disk cache empty the parent does not compile the loops before forking (its first batch would
+    wait seconds): each worker's first batches run them as Python while a thread loads them. Once cached (the run
+    at 0 workers compiled them), the parent loads them before forking and the workers inherit them. The batches
+    are those of the main process either way."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    env = {**os.environ, "PYTHONPATH": str(root), "NUMBA_CACHE_DIR": str(tmp_path)}
+    for cached in (False, True):
+        done = subprocess.run([sys.executable, "-c", FORKED_FIRST_BATCHES], capture_output=True, text=True,
+                              timeout=600, env=env, cwd=root)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert json.loads(done.stdout.splitlines()[-1]) == {"same": True, "batches": 25, "numba_in_parent": cached}
