@@ -1,8 +1,9 @@
-"""Compiled copy (numba) of token spans into a batch's buffer: what a mixed batch's columns are gathered with.
+"""Compiled copies (numba) of token spans into a batch's buffer: what a mixed batch's columns are gathered with.
 
 A mixed batch's token rows come from several sources' buffers; the collator pads from one. Copying each row's
 span with numpy takes a flat index as long as the batch's tokens (an ``arange``, a ``repeat``, a gather), whose
-temporaries cost more than the copy itself; this loop copies each span straight to its place.
+temporaries cost more than the copy itself; these loops copy each span straight to its place. Where every source
+holds its rows as spans of one buffer in memory, :func:`gather_spans` reads a whole batch in one call.
 """
 
 from __future__ import annotations
@@ -18,3 +19,38 @@ def copy_spans(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray, out:
     """``out[at[r]:at[r] + lengths[r]] = values[starts[r]:starts[r] + lengths[r]]`` for every row ``r``."""
     for r in range(len(starts)):
         out[at[r]:at[r] + lengths[r]] = values[starts[r]:starts[r] + lengths[r]]
+
+
+@compiled
+def gather_spans(rows: np.ndarray, offsets: np.ndarray, buffers: tuple[np.ndarray, ...], starts: np.ndarray,
+                 lengths: np.ndarray, users: np.ndarray
+                 ) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The rows ``rows`` of sources laid end to end (source ``s`` holds rows ``offsets[s]:offsets[s + 1]``, row
+    ``r`` being ``buffers[s][starts[r]:starts[r] + lengths[r]]``), copied into one buffer in their order.
+
+    Returns ``(bad, buffer, at, counts, which, user)``: row ``i`` is ``buffer[at[i]:at[i] + counts[i]]``, from
+    source ``which[i]``, the user's row ``user[i]``; ``bad`` is the place of the first row out of range (nothing
+    copied), or -1.
+    """
+    size, end = len(rows), offsets[-1]
+    which = np.empty(size, dtype=np.int64)
+    at = np.empty(size, dtype=np.int64)
+    counts = np.empty(size, dtype=np.int64)
+    user = np.empty(size, dtype=np.int64)
+    total = 0
+    for i in range(size):
+        row = rows[i]
+        if row < 0 or row >= end:
+            return i, buffers[0][:0].copy(), at, counts, which, user
+        source = 0
+        while offsets[source + 1] <= row:
+            source += 1
+        which[i], at[i], counts[i], user[i] = source, total, lengths[row], users[row]
+        total += lengths[row]
+    out = np.empty(total, dtype=buffers[0].dtype)
+    for i in range(size):
+        row, place = rows[i], at[i]
+        values = buffers[which[i]]
+        start = starts[row]
+        out[place:place + counts[i]] = values[start:start + counts[i]]
+    return -1, out, at, counts, which, user

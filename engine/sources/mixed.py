@@ -37,6 +37,8 @@ class MixedSource(ColumnarSource):
         """The names as an array: a batch's ``sources`` in one gather."""
         self._sharded = self._counted()
         self._numbers = np.arange(len(self.sources) + 1)
+        self._tables: list[_SpanTables | None] = []
+        """The sources' spans, built on the first batch read as columns (shared with this source's copies)."""
 
     def __len__(self) -> int:
         return int(self.offsets[-1])
@@ -142,6 +144,11 @@ class MixedSource(ColumnarSource):
 
     def _read(self, indices: Sequence[int]) -> RowBatch | ColumnBatch:
         self._read_ahead(indices)
+        if self.hands_columns:
+            if not self._tables:
+                self._tables.append(_SpanTables.of(self.sources) if self.columnar() else None)
+            if self._tables[0] is not None:
+                return self._gathered(indices, self._tables[0])
         if not (self.hands_columns and self.columnar()):
             return self._rows(indices)
         which, within, groups = self._grouped(indices)
@@ -156,6 +163,25 @@ class MixedSource(ColumnarSource):
                             indices=users.tolist())
         batch.sources = self._names[which].tolist()
         return batch
+
+    def _gathered(self, indices: Sequence[int], tables: _SpanTables) -> ColumnBatch:
+        """The batch at ``indices`` as columns, where every source holds its rows as spans of one buffer: one
+        compiled gather copies them into one buffer in the batch's order."""
+        from engine.sources._span_copy import gather_spans
+
+        rows = np.asarray(indices, dtype=np.int64)
+        bad, buffer, at, counts, which, users = gather_spans(rows, self.offsets, tables.buffers, tables.starts,
+                                                             tables.lengths, tables.users)
+        if bad >= 0:
+            self.locate(rows)  # names the row out of range
+        batch = ColumnBatch({tables.column: SpanColumn(buffer, at, counts)}, len(rows),
+                            rng_seed=getattr(indices, "rng_seed", None), role=self.role, indices=users.tolist())
+        batch.sources = self._names[which].tolist()
+        return batch
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The span tables are a few arrays as long as the mixture: rebuilt in each worker rather than pickled.
+        return {**self.__dict__, "_tables": []}
 
     def _read_ahead(self, indices: Sequence[int]) -> None:
         """Start each source's reads of its rows of a coming batch (:attr:`BatchIndices.ahead`)."""
@@ -239,6 +265,31 @@ class MixedSource(ColumnarSource):
 
     def first_row(self) -> Any:
         return self.sources[0].first_row()
+
+
+@dataclasses.dataclass(frozen=True)
+class _SpanTables:
+    """Every row of a mixture's sources as a span of its source's buffer, end to end in the mixture's rows: what
+    :func:`engine.sources._span_copy.gather_spans` reads a batch from (three int64 numbers a row)."""
+
+    column: str
+    buffers: tuple[np.ndarray, ...]
+    starts: np.ndarray
+    lengths: np.ndarray
+    users: np.ndarray
+    """The user's row (in its own source) of each row."""
+
+    @classmethod
+    def of(cls, sources: Sequence[MapSource]) -> _SpanTables | None:
+        """The tables of ``sources``; None unless each holds its rows as spans of one column of one buffer, the
+        same column and dtype in all (otherwise each source reads its rows, then they are copied in order)."""
+        spans = [source.spans() for source in sources]
+        if not spans or any(one is None for one in spans) or len({(one[0], one[1].dtype) for one in spans}) != 1:
+            return None
+        return cls(spans[0][0], tuple(np.ascontiguousarray(one[1]).reshape(-1) for one in spans),
+                   np.concatenate([np.asarray(one[2], dtype=np.int64) for one in spans]),
+                   np.concatenate([np.asarray(one[3], dtype=np.int64) for one in spans]),
+                   np.concatenate([source.user_index_array(np.arange(len(source))) for source in sources]))
 
 
 def _spans_in_order(places: list[np.ndarray], values: list[RaggedColumn | SpanColumn], size: int) -> SpanColumn:

@@ -129,9 +129,13 @@ class MapSource(Dataset):
 
     def user_indices(self, positions: Sequence[int]) -> list[int]:
         """:meth:`user_index` of each of ``positions``, in one numpy gather (a batch's rows, named on error)."""
+        return self.user_index_array(positions).tolist()
+
+    def user_index_array(self, positions: Sequence[int]) -> np.ndarray:
+        """:meth:`user_indices` as an array (int64)."""
         base = getattr(self, "positions", None)
         indices = base[np.asarray(positions, dtype=np.int64)] if base is not None else np.asarray(positions)
-        return (self.origins[indices] if self.origins is not None else indices).tolist()
+        return np.asarray(self.origins[indices] if self.origins is not None else indices, dtype=np.int64)
 
     def _fetch(self, positions: list[int]) -> list[Any]:
         raise NotImplementedError
@@ -218,6 +222,12 @@ class ColumnarSource(MapSource):
 
     def fetch_columns(self, positions: Sequence[int]) -> dict[str, Any]:
         raise NotImplementedError
+
+    def spans(self) -> tuple[str, np.ndarray, np.ndarray, np.ndarray] | None:
+        """``(column, values, starts, lengths)`` where every row is one column's span of one flat buffer, held in
+        memory: row ``i`` is ``values[starts[i]:starts[i] + lengths[i]]`` (what a mixed batch's rows are copied
+        from, in one compiled gather over its sources); None where a batch is read otherwise."""
+        return None
 
     def handing_columns(self) -> ColumnarSource:
         """A shallow copy of this source whose batches are fetched as columns (data and fetcher shared: not

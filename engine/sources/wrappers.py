@@ -260,6 +260,14 @@ class TensorListSource(ColumnarSource):
             rows = self.positions[rows]
         return {self.key or "input_ids": SpanColumn(self.buffer.numpy(), *self._spans(rows))}
 
+    def spans(self) -> tuple[str, np.ndarray, np.ndarray, np.ndarray] | None:
+        """Every row's span of the flat buffer (a split's rows through its positions); None for rows that are not
+        read as columns."""
+        if not self.columnar():
+            return None
+        rows = self.positions if self.positions is not None else np.arange(len(self.shapes), dtype=np.int64)
+        return (self.key or "input_ids", self.buffer.numpy(), *self._spans(rows))
+
     def _spans(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Where ``rows`` (indices into the rows given) start in the buffer, and their lengths."""
         offsets = self.offsets.numpy()

@@ -416,6 +416,31 @@ def test_a_mixed_batch_of_flat_buffers_of_two_dtypes_and_arrow_reads_as_columns_
         columns.__getitems__([3, 60])
 
 
+def test_a_mixed_batch_of_flat_buffers_of_one_dtype_reads_as_columns_the_rows_and_their_sources():
+    from engine.sources.mixed import MixedSource
+    from engine.sources.wrappers import TensorListSource
+
+    web = TensorListSource([torch.arange(i, i + 1 + i % 5) for i in range(30)])
+    code = TensorListSource([torch.arange(100 + i, 103 + i + i % 7) for i in range(20)]).view(np.arange(19, -1, -1))
+    mixed = MixedSource({"web": web, "code": code})
+    columns = mixed.handing_columns()
+    in_worker = pickle.loads(pickle.dumps(columns))  # each worker gathers from its own copy of the sources
+    rng = np.random.default_rng(2)
+    batches = [rng.integers(0, len(mixed), int(rng.integers(1, 40))).tolist() for _ in range(30)]
+    for indices in batches + [[49], [31, 30], list(range(25, 50))]:
+        as_columns, as_rows = columns.__getitems__(indices), mixed.__getitems__(indices)
+        assert isinstance(as_columns, ColumnBatch)
+        assert [row["input_ids"] for row in as_columns] == [row.tolist() for row in as_rows]
+        assert as_columns.to_columns()["input_ids"].values.dtype == np.int64
+        assert as_columns.sources == as_rows.sources == [("web", "code")[i >= 30] for i in indices]
+        assert as_columns.indices == as_rows.indices  # the user's rows (the view's 19 - i for "code")
+        again = in_worker.__getitems__(indices)
+        assert [row["input_ids"] for row in again] == [row["input_ids"] for row in as_columns]
+    for bad in (50, -1):
+        with pytest.raises(IndexError, match=f"row {bad} is out of range for the mixed source of 50 rows"):
+            columns.__getitems__([3, bad])
+
+
 def test_a_module_with_a_mixture_is_rebuilt_from_its_lightning_checkpoint(tmp_path):
     from tests.distributed._lightning_elastic import Recorder
     from tests.engine.test_resume_lightning import trainer

@@ -7,6 +7,10 @@ step's weights), so the blocks are computed in turn; in Python each costs dozens
 hundred compares. The arithmetic is that of the rule in numpy, operation for operation (the same float64 values,
 the same ties: a stable sort's, as each source's keys only grow), so the order is the same bit for bit. Compiled
 on first use (about a second) and cached on disk, like the collators' loops (:func:`collators._kernels.compiled`).
+
+Two one-pass loops serve every epoch's order: :func:`merge_due` merges the sources' draws by tokens at constant
+weights (where a stable sort of all the keys took several passes), and :func:`place_rows` lays each source's rows
+at its positions (where a mask per source took two passes each).
 """
 
 from __future__ import annotations
@@ -214,3 +218,35 @@ def _apportion(want: np.ndarray, weights: np.ndarray, size: int, room: np.ndarra
             done[pick] = True
             seats[pick] += 1
         left = size - seats.sum()
+
+
+@compiled
+def merge_due(keys: tuple[np.ndarray, ...], numbers: np.ndarray, lengths: tuple[np.ndarray, ...]
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """The draws of several sources merged in the order of their keys (each source's keys only grow): the source
+    number ``numbers[s]`` and the length ``lengths[s][j]`` of each draw in turn. Ties go to the earlier source,
+    as a stable sort of the keys laid end to end gives them (one pass, where a sort takes several)."""
+    size = 0
+    for s in range(len(keys)):
+        size += len(keys[s])
+    label = np.empty(size, dtype=np.int64)
+    length = np.empty(size, dtype=np.int64)
+    at = np.zeros(len(keys), dtype=np.int64)
+    for i in range(size):
+        best = -1
+        for s in range(len(keys)):
+            if at[s] < len(keys[s]) and (best < 0 or keys[s][at[s]] < keys[best][at[best]]):
+                best = s
+        label[i], length[i] = numbers[best], lengths[best][at[best]]
+        at[best] += 1
+    return label, length
+
+
+@compiled
+def place_rows(labels: np.ndarray, rows: tuple[np.ndarray, ...], offsets: np.ndarray, out: np.ndarray) -> None:
+    """``out[labels == s] = rows[s] + offsets[s]`` for every source ``s``, in one pass over the positions."""
+    taken = np.zeros(len(rows), dtype=np.int64)
+    for i in range(len(labels)):
+        source = labels[i]
+        out[i] = rows[source][taken[source]] + offsets[source]
+        taken[source] += 1

@@ -380,8 +380,10 @@ class MixtureOrder:
             order = np.empty(len(labels), dtype=np.int64)
             drawn = self._drawn if self._drawn is not None and self._drawn[0] == (epoch, plan.starts) else None
             draws = drawn[1] if drawn is not None else self._new_draws(epoch, plan.starts)
-            for index, (one, count) in enumerate(zip(draws, plan.counts.sum(axis=0).tolist())):
-                order[labels == index] = one.rows(count) + self.offsets[index]  # its positions, in turn
+            from engine.sampling.mixtures import _kernels  # numba, compiled on first use
+
+            rows = tuple(one.rows(count) for one, count in zip(draws, plan.counts.sum(axis=0).tolist()))
+            _kernels.place_rows(labels, rows, self.offsets, order)  # each source's rows at its positions, in turn
             self._orders, self._drawn = {epoch: order}, None  # one epoch at a time: the one the sampler serves
         return self._orders[epoch]
 

@@ -286,13 +286,15 @@ def _merged_by_tokens(order: Any, epoch: int, start_step: int, starts: tuple[int
         stopping = [name for name, cap in zip(order.mixture.names, caps) if cap is not None]
         raise ValueError(f"the mixture's epoch would never end: the sources that stop ({stopping}) have weight "
                          f"0 and the others cycle; give samples_per_epoch=..., or a stopping source a weight")
+    from engine.sampling.mixtures import _kernels  # numba, compiled on first use
+
     draws = order._new_draws(epoch, starts)
     margin = 1.25
     while True:
         wanted = [0 if share == 0 else int(np.ceil(horizon * share * margin)) + 2 * order.block + 64
                   for share in shares]
         wanted = [want if cap is None else min(want, cap) for want, cap in zip(wanted, caps)]
-        keys, labels, lengths = [], [], []
+        keys, numbers, lengths = [], [], []
         for index, (one, want) in enumerate(zip(draws, wanted)):
             if want == 0:
                 continue
@@ -300,10 +302,9 @@ def _merged_by_tokens(order: Any, epoch: int, start_step: int, starts: tuple[int
             before = one._running[:want]  # the tokens of the source's draws before each (from its first)
             own = one._running[1:want + 1] - before
             keys.append((before + own / 2) / weights[index])
-            labels.append(np.full(want, index, dtype=np.int64))
+            numbers.append(index)
             lengths.append(own)
-        merged = np.argsort(np.concatenate(keys), kind="stable")
-        label, length = np.concatenate(labels)[merged], np.concatenate(lengths)[merged]
+        label, length = _kernels.merge_due(tuple(keys), np.asarray(numbers, dtype=np.int64), tuple(lengths))
         size = len(label) if limit is None else min(limit, len(label))
         ran_out = [index for index, (want, cap) in enumerate(zip(wanted, caps)) if want and want == cap]
         ends = [int(np.flatnonzero(label == index)[-1]) + 1 for index in ran_out]  # past a stopping source
