@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from collators.images import NORMALIZATION_PRESETS, stats
+from collators.vision import check_image_size
 
 RESIZE_MODES = ("fixed", "longest", "tile")
 """``fixed``: every image to ``image_size`` (without one, images keep their size); ``longest``: the longest side
@@ -228,16 +229,9 @@ EXTRA_PRESETS = {"clip": ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26
 
 
 def _size(size: Any) -> tuple[int, int] | None:
-    """``image_size`` as ``(H, W)``: an int is square, a ``[C, H, W]`` spec size drops C."""
-    if size is None:
-        return None
-    if isinstance(size, int) and not isinstance(size, bool) and size > 0:
-        return (size, size)
-    if isinstance(size, (list, tuple)) and len(size) in (2, 3) and all(
-            isinstance(side, int) and not isinstance(side, bool) and side > 0 for side in size):
-        return (int(size[-2]), int(size[-1]))
-    raise ValueError(f"image_size should be a positive int, [height, width] or [channels, height, width], but got "
-                     f"image_size={size!r}")
+    """``image_size`` as ``(H, W)``, checked as the vision collator checks it; a ``[C, H, W]`` spec size drops C."""
+    checked = check_image_size(size)
+    return None if checked is None else (int(checked[-2]), int(checked[-1]))
 
 
 def encoded_bytes(image: Any, where: str) -> bytes | None:
