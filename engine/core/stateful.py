@@ -21,3 +21,23 @@ class Stateful(Protocol):
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Restore the position saved by :meth:`state_dict`, refusing a state that does not fit this part."""
         ...
+
+
+class SavedAsOneLeaf:
+    """Mixin of the data modules and loaders: :meth:`data_state` is the readable nested state, and ``state_dict()``
+    / ``load_state_dict()`` (the names Lightning, ``torch.save`` and DCP call) carry it. A subclass defines
+    :meth:`data_state` and :meth:`load_data_state`."""
+
+    def data_state(self) -> dict[str, Any]:
+        """The readable state: plain values in nested dicts, what :meth:`load_data_state` restores exactly."""
+        raise NotImplementedError
+
+    def load_data_state(self, state: Mapping[str, Any]) -> None:
+        """Restore a state from :meth:`data_state`, refusing one that does not fit."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.data_state()
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        self.load_data_state(state_dict)

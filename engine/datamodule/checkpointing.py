@@ -5,11 +5,13 @@ module's side of the ``state_dict`` / ``load_state_dict`` protocol (torch's, Lig
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch.utils.data import IterableDataset
 
+from engine.core.stateful import SavedAsOneLeaf
 from engine.datamodule import options
 from engine.loading.settings import RESUMED
 from engine.loading.state import SKIPPED_ROWS, check_compatible, check_structure, module_identity
@@ -31,7 +33,7 @@ def shuffle_windows(source: Any) -> int | dict[str, int] | None:
     return windows[None] if list(windows) == [None] else windows or None
 
 
-class CheckpointedModule:
+class CheckpointedModule(SavedAsOneLeaf):
     """Mixin of :class:`engine.datamodule.module.DataModule`: saving and resuming its training position, and
     rebuilding it from its configuration."""
 
@@ -62,7 +64,7 @@ class CheckpointedModule:
                                world_size=self.world_size, config=config,
                                shuffle_window=shuffle_windows(self.datasets.get("train")), **own)
 
-    def state_dict(self) -> dict[str, Any]:
+    def data_state(self) -> dict[str, Any]:
         """The identity (seed, fingerprints, options) and the train loader's position; microseconds to save."""
         skipped = {} if self.skipped.on_error == "raise" else {SKIPPED_ROWS: self.skipped.state_dict()["train"]}
         return {**self.identity(), **self._position.save(epoch_batches=self._epoch_batches()), **skipped}
@@ -72,7 +74,7 @@ class CheckpointedModule:
         Lightning trainer's ``limit_train_batches``); None for a loop that runs each pass to its end."""
         return None
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+    def load_data_state(self, state_dict: Mapping[str, Any]) -> None:
         """Continue from ``state_dict``: the next training batch is the one after the last saved one.
 
         Refuses a malformed state, or one from other data, seed, splits or batching options; map-style data may

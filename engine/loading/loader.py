@@ -17,7 +17,7 @@ from __future__ import annotations
 import signal
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
 import torch.distributed as dist
@@ -44,6 +44,7 @@ from engine.core.compat import (
 from engine.core.distributed import stop_together
 from engine.core.skipped_rows import SkipReport, WithSkippedRows
 from engine.core.stage_times import StageTimes, TimesItsStages
+from engine.core.stateful import SavedAsOneLeaf
 
 
 class Executor(Protocol):
@@ -69,7 +70,7 @@ class Executor(Protocol):
         """Continue from ``state_dict`` at the next ``start_pass``."""
 
 
-class ResumableLoader(WatchesItsIterator, BuildsWorkerProcessIterators, StatefulDataLoader):
+class ResumableLoader(SavedAsOneLeaf, WatchesItsIterator, BuildsWorkerProcessIterators, StatefulDataLoader):
     """A ``StatefulDataLoader`` whose batches ``executor`` makes, and whose position survives its iterator being
     dropped.
 
@@ -119,11 +120,11 @@ class ResumableLoader(WatchesItsIterator, BuildsWorkerProcessIterators, Stateful
     def _dropped(self, iterator: Any) -> None:
         self.executor.dropped(iterator)
 
-    def state_dict(self) -> dict[str, Any]:
+    def data_state(self) -> dict[str, Any]:
         return self.executor.state_dict()
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Continue from ``state_dict`` (from :meth:`state_dict`) at the next ``iter``; the sampler's part is
+    def load_data_state(self, state_dict: Mapping[str, Any]) -> None:
+        """Continue from ``state_dict`` (from :meth:`data_state`) at the next ``iter``; the sampler's part is
         checked now rather than at the first batch."""
         self.executor.load_state_dict(state_dict)
 

@@ -218,7 +218,7 @@ class TrainPosition:
         ``epoch_batches`` is the caller's count of batches per epoch where it stops its epochs before the loader's
         pass ends (Lightning's ``limit_train_batches``): a pass that served that many is a finished epoch, saved as
         the start of the next one, so a resumed run never serves the batches the limit left out."""
-        loader_state = self.loader.state_dict() if self.loader is not None else self._pending
+        loader_state = self.loader.data_state() if self.loader is not None else self._pending
         sampler_state = sampler_state_of(loader_state) if isinstance(loader_state, dict) else None
         if epoch_batches is not None and isinstance(sampler_state, dict) and not iterator_finished(loader_state) \
                 and sampler_state.get("position", 0) >= epoch_batches:

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from engine.core.checks import check_int
-from engine.core.stateful import Stateful
+from engine.core.stateful import SavedAsOneLeaf, Stateful
 from engine.loading.state import EPOCH, SEED, STATE_VERSION, VERSION
 from engine.multi.config import MultiDataLoaderConfig
 from engine.multi.schedule import Schedule, epoch_length, restart_epoch
@@ -24,7 +24,7 @@ from engine.sampling.epochs import reach_epoch
 from engine.tools.steps import loader_length
 
 
-class MultiDataLoader:
+class MultiDataLoader(SavedAsOneLeaf):
     """Interleaves named loaders by a seeded schedule; yields ``(name, batch)``.
 
     Args:
@@ -187,21 +187,22 @@ class MultiDataLoader:
 
     # -- state ----------------------------------------------------------------------------------------
 
-    def state_dict(self) -> dict[str, Any]:
+    def data_state(self) -> dict[str, Any]:
         """Epoch, schedule position and each loader's pass, so a resumed run yields the same batches."""
         children = {}
         for i, name in enumerate(self.names):
             running = self._pass_epoch[i] is not None
             state = self._pending[i]
             if state is None and running and self._iterators[i] is not None and isinstance(self._children[i], Stateful):
-                state = self._children[i].state_dict()
+                child = self._children[i]
+                state = child.data_state() if isinstance(child, SavedAsOneLeaf) else child.state_dict()
             children[name] = {"pass_epoch": self._pass_epoch[i], "taken": self._taken[i],
                               "restarts": self._restarts[i], "dropped": self._dropped[i], "loader": state}
         return {VERSION: STATE_VERSION, SEED: self.config.choice_rng_seed, EPOCH: self._epoch,
                 "position": self._position, "cursor": self._cursor, "epoch_offset": self._offset,
                 "lengths": self._lengths, "children": children}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_data_state(self, state: Mapping[str, Any]) -> None:
         """Continue from ``state``: the next (or the current) iteration resumes at the saved step.
 
         Raises:

@@ -10,6 +10,7 @@ from typing import Any
 from engine.core.compat import lightning
 from engine.core.locks import ModuleLock
 from engine.core.rng import derive_seed, drawn_seed
+from engine.core.stateful import SavedAsOneLeaf
 from engine.datamodule.checkpointing import read_configuration
 from engine.datamodule.options import checkpoint_configuration, record_configuration, restore_configuration
 from engine.datamodule.universal import NOT_CHECKPOINTED, UniversalDataModule
@@ -50,7 +51,7 @@ def child_arguments(train_data: Mapping[str, Any], task_spec: Any, seed: int,
     }
 
 
-class MultiDataModule(lightning().LightningDataModule):
+class MultiDataModule(SavedAsOneLeaf, lightning().LightningDataModule):
     """Several named datasets trained through one seeded, resumable schedule: a composite of one
     :class:`~engine.datamodule.universal.UniversalDataModule` per name (``dm.children``), each with its own spec,
     split, collator and a seed derived from its name.
@@ -172,12 +173,12 @@ class MultiDataModule(lightning().LightningDataModule):
         """What a saved state must match: every child's identity."""
         return {VERSION: STATE_VERSION, CHILDREN: {name: child.identity() for name, child in self.children.items()}}
 
-    def state_dict(self) -> dict[str, Any]:
+    def data_state(self) -> dict[str, Any]:
         """Each child's identity, and the schedule with every child's loader position."""
-        loader = self._train_loader.state_dict() if self._train_loader is not None else self._pending_loader_state
+        loader = self._train_loader.data_state() if self._train_loader is not None else self._pending_loader_state
         return {**self.identity(), MULTI: loader}
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+    def load_data_state(self, state_dict: Mapping[str, Any]) -> None:
         """Check every child's data against the state, then continue the schedule where it stopped. Thread-safe: it
         waits for a train loader being built, and the next ``train_dataloader()`` continues from this state."""
         check_structure(state_dict, required=(VERSION, CHILDREN, MULTI))

@@ -39,7 +39,7 @@ def served_summary(loader: Any) -> dict[str, Any] | None:
     order = getattr(sampler, "mixture", None)
     if order is None:
         return None
-    state = sampler_state_of(loader.state_dict())
+    state = sampler_state_of(loader.data_state())
     if not isinstance(state, Mapping) or not isinstance(state.get("mixture"), Mapping):
         return order.summary(sampler)
     segments = tuple(tuple(int(value) for value in segment) for segment in state.get("served", ()))
