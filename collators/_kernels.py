@@ -16,15 +16,20 @@ other position holds the pad value; ``kept <= width`` (the padding layout's kept
 Loading the loops (importing numba, then each loop from its disk cache, or compiling it when the cache is empty)
 takes about a second in a fresh process, and several when it compiles. A loader worker does not wait for it: its
 first batches run the same loops as Python (the same values: integer copies, and float32 operations in the same
-order) while a thread of its own loads them (:func:`loaded`); a forked worker whose parent had loaded them inherits
-them (and shares their memory: the loader loads them before forking workers when numba's disk cache holds them,
-:func:`cached`). Any other process loads them at its first call.
+order) while a thread of its own loads them from the disk cache (:func:`loaded`); a forked worker whose parent had
+loaded them inherits them (and shares their memory: the loader loads them before forking workers when numba's disk
+cache holds them, :func:`cached`). A worker never compiles them: compiling costs seconds of CPU and tens of MiB of
+private memory in every worker, and a short-lived worker on a busy machine is stopped before it finishes, so the
+cache would stay incomplete run after run. While the cache lacks them, a worker runs the Python loops, and one
+process of the lowest CPU priority compiles them into the cache (:func:`fill_cache_soon`, started by the loader that
+forks the workers); the loaders after it load them before forking. Any other process loads them at its first call.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
 import sys
 import threading
 from collections.abc import Callable
@@ -64,19 +69,48 @@ _LOADING: dict[int, threading.Thread] = {}
 """``{pid: thread}``: the thread loading the loops in loader worker ``pid``."""
 _FAILURES: list[BaseException] = []
 """What that thread raised; :func:`loaded` raises it again in the worker's own thread."""
+_PYTHON_ONLY: set[int] = set()
+"""Loader workers (pids) that found numba's disk cache without the loops: they run the Python loops."""
+_FILLERS: dict[int, subprocess.Popen] = {}
+"""``{pid: process}``: the process compiling the loops into the disk cache that process ``pid`` started."""
+FILL = "import os; os.nice(19); from collators._kernels import load; load()"
+"""What :func:`fill_cache_soon`'s process runs."""
 
 
 def loaded() -> bool:
     """Whether this process runs the compiled loops. Outside loader workers they are loaded here, on the first
-    call. A loader worker that has not inherited them starts loading them in a thread of its own (once) and runs
-    the Python loops meanwhile; a failure of that thread is raised by the next call."""
+    call. A loader worker that has not inherited them starts loading them from numba's disk cache in a thread of its
+    own (once) and runs the Python loops meanwhile; a failure of that thread is raised by the next call. A worker
+    whose first call finds the cache without them runs the Python loops for its life (it compiles nothing)."""
     if _ready():
         return True
     if get_worker_info() is None:
         load()
         return True
+    pid = os.getpid()
+    if pid in _PYTHON_ONLY:
+        return False
+    if pid not in _LOADING and not cached():
+        _PYTHON_ONLY.add(pid)
+        return False
     load_soon()
     return False
+
+
+def fill_cache_soon() -> bool:
+    """Start one process, at the lowest CPU priority, that compiles the loops into numba's disk cache, unless the
+    cache holds them or this process started one already; returns whether it started. A loader calls it before
+    forking workers that would otherwise find no loops to load (:func:`loaded`): the loaders after it load them
+    from the cache. The process's messages (numba's warning where it finds no writable cache) go to this one's
+    stderr; it ends when the loops are compiled."""
+    running = _FILLERS.get(os.getpid())
+    if cached() or (running is not None and running.poll() is None):
+        return False
+    package_root = str(Path(os.path.abspath(__file__)).parents[1])
+    path = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
+    _FILLERS[os.getpid()] = subprocess.Popen([sys.executable, "-c", FILL], env={**os.environ, "PYTHONPATH": path},
+                                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    return True
 
 
 def _ready() -> bool:

@@ -11,7 +11,7 @@ import torch
 from collators import _text_options as opts
 from collators._extra import collate_extra
 from collators._generator import OwnGenerator
-from collators._kernels import cached, load, load_soon
+from collators._kernels import cached, fill_cache_soon, load, load_soon
 from collators._padding import PaddingLayout, check_padding_side, padded_length
 from collators._text_batch import ColumnInputs, RaggedColumn, RowInputs, SpanColumn, batch_inputs
 from collators._text_inputs import flatten_ids, tokenize_column
@@ -267,8 +267,11 @@ def warm_token_loops() -> None:
 def warm_token_loops_soon() -> bool:
     """Start loading the compiled loops in a thread of this process when numba's disk cache holds them (loading
     then compiles nothing), for work that waits on I/O meanwhile (listing shards in object storage); returns
-    whether it started. :func:`warm_token_loops` waits for it; nothing may fork this process before that."""
+    whether it started. :func:`warm_token_loops` waits for it; nothing may fork this process before that. When the
+    cache lacks them, one low-priority process compiles them into it instead
+    (:func:`collators._kernels.fill_cache_soon`): the loader workers forked meanwhile run them as Python."""
     if not cached():
+        fill_cache_soon()
         return False
     load_soon()
     return True

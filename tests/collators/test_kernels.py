@@ -3,6 +3,8 @@ equal a plain Python reference on random layouts: every integer and bool dtype, 
 buffers, both padding sides, truncated rows, empty rows and empty batches; other dtypes keep the numpy path, with
 the same result."""
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -208,3 +210,39 @@ def test_the_python_loops_a_worker_runs_while_loading_give_the_compiled_values(l
         run(np.minimum(kept, width), left, out)
         masks.append(out.tolist())
     assert masks[0] == masks[1]
+
+
+def test_a_worker_that_finds_no_cached_loops_runs_them_as_python_and_compiles_nothing(monkeypatch):
+    """A loader worker whose parent had no loops to give it, and whose disk cache lacks them, runs the Python loops
+    for its life: it starts no thread that would compile them (seconds of CPU, tens of MiB in every worker)."""
+    from collators import _kernels
+
+    started = []
+    monkeypatch.setattr(_kernels, "get_worker_info", lambda: object())  # as in a loader worker
+    monkeypatch.setattr(_kernels, "_ready", lambda: False)
+    monkeypatch.setattr(_kernels, "_PYTHON_ONLY", set())
+    monkeypatch.setattr(_kernels, "load_soon", lambda: started.append(1))
+    monkeypatch.setattr(_kernels, "cached", lambda: False)
+    assert not _kernels.loaded() and not _kernels.loaded()
+    assert started == []
+    monkeypatch.setattr(_kernels, "_PYTHON_ONLY", set())  # a worker of a later loader, once the cache holds them
+    monkeypatch.setattr(_kernels, "cached", lambda: True)
+    assert not _kernels.loaded()
+    assert started == [1]
+
+
+def test_one_low_priority_process_compiles_the_loops_into_an_empty_cache(monkeypatch, tmp_path):
+    """Before forking workers over an empty disk cache the loader starts one process that fills it (once): the
+    loaders after it find the loops there and load them before forking."""
+    from collators import _kernels
+    from collators.text import warm_token_loops_soon
+
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(_kernels, "_FILLERS", {})
+    assert not _kernels.cached()
+    assert not warm_token_loops_soon()  # nothing to load yet: the filler starts instead
+    assert not _kernels.fill_cache_soon()  # one at a time
+    filler = _kernels._FILLERS[os.getpid()]
+    assert filler.wait(timeout=900) == 0
+    assert _kernels.cached()
+    assert not _kernels.fill_cache_soon()
