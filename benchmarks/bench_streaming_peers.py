@@ -43,8 +43,10 @@ Method
     phase (late); later, a fresh process (a restarted node: the reader imported off the clock) builds a new
     dataset + loader over an empty cache, which gets ``load_state_dict``, and the time to its first batch is
     taken; "exact" when that batch's row ids are the ones the first run delivered right after the save;
-  - worker USS: peak private memory (psutil USS) of the loader's worker processes (all child processes of the
-    reader, sampled every 0.2 s from the cold start to the end of the steady phase), the largest one;
+  - worker USS: peak private memory (psutil USS) of the loader's worker processes (the child processes of the
+    reader, sampled every 0.2 s from the cold start to the end of the steady phase; of those, the loader
+    iterator's workers, so that a helper process of a reader's, such as a resource tracker, is not taken for
+    one), the largest one;
   - ranks 2 -> 1: a loader as rank 0 of world size 2 (LitData: WORLD_SIZE/GLOBAL_RANK; Mosaic:
     WORLD_SIZE/RANK with one process per node; HF: ``split_dataset_by_node``) reads ``--early`` batches and saves
     its state; a loader at world size 1, in a fresh process, loads it and takes one batch: "yes" when that works
@@ -376,6 +378,7 @@ def _measure(peer, endpoint, rows, args, caches, out, total_batches, late_target
         loader = make_loader(peer, endpoint, cache_dir(peer, caches, "cold"), shuffle=args.shuffle)
         it, batch = _first(loader)
         out["first_batch_s"] = time.perf_counter() - t0
+        workers = {process.pid for process in getattr(it, "_workers", [])}
         seen, states, next_ids = 1, {}, {}
         want_next: str | None = None
         t_start = n_rows = n_tok = None
@@ -425,8 +428,10 @@ def _measure(peer, endpoint, rows, args, caches, out, total_batches, late_target
             except Exception as e:  # noqa: BLE001 - a peer's failure is a result
                 out[f"resume_{name}_error"] = _err(e)
             gc.collect()
-    out["worker_uss_mib"] = max(uss.peak.values(), default=0) / 2**20
+    peaks = [peak for pid, peak in uss.peak.items() if pid in workers] if workers else list(uss.peak.values())
+    out["worker_uss_mib"] = max(peaks, default=0) / 2**20
     out["n_children"] = len(uss.peak)
+    out["n_workers"] = len(workers)
     out["ranks"] = ranks_2_to_1(peer, endpoint, caches, args)
     return out
 
