@@ -750,6 +750,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"uploaded {uploaded / 2**20:.0f} MiB in {time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
         setup_s = time.perf_counter() - t0
         caches = "empty" if not compiled_caches() else "filled (not a fresh clone)"
+        code = code_version()  # before the first table is written: this file is tracked
         runs = []
         for index in range(args.runs + args.shuffled_runs):
             args.shuffle = index >= args.runs
@@ -760,7 +761,7 @@ def main(argv: list[str] | None = None) -> int:
             runs.append({"name": name, "load": load, "results": results,
                          "order": "each reader's own shuffle" if args.shuffle else "storage order (no shuffle)"})
             meta = {"rows": args.rows, "tokens": tokens, "seed": args.seed, "uploaded_mib": uploaded / 2**20,
-                    "setup_s": setup_s, "caches": caches, "code": code_version(),
+                    "setup_s": setup_s, "caches": caches, "code": code,
                     "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs"}
             text = table(runs, meta)  # written after every run: a long benchmark cut short keeps its runs
             args.out.parent.mkdir(parents=True, exist_ok=True)
