@@ -64,6 +64,21 @@ def run(dm, steps):
     return out
 
 
+def documents(batch):
+    """``(source tag, row id)`` of each row of a batch (its lists), padded or packed (``[1, T]``, documents at
+    ``cu_seq_lens_q``)."""
+    if "cu_seq_lens_q" in batch:
+        return [(batch["input_ids"][0][start], row) for start, row in zip(batch["cu_seq_lens_q"], batch["row_id"])]
+    return [(ids[0], row) for ids, row in zip(batch["input_ids"], batch["row_id"])]
+
+
+def mixture_state(dm):
+    """The mixture's part of the train sampler's state in ``dm.data_state()`` (with workers: the loader's main
+    process snapshot)."""
+    loader = dm.data_state()["train_loader"]
+    return loader.get("_snapshot", {}).get("_main_snapshot", loader)["_index_sampler_state"]["mixture"]
+
+
 def counts(batch_rows):
     return {tag: sum(1 for source, _ in batch_rows if source == tag) for tag in (1, 2)}
 
@@ -236,9 +251,37 @@ def test_a_new_mixture_goes_on_in_the_saved_epoch_at_any_number_of_workers():
                                                                                       "books": 28}
 
 
-def test_going_on_in_the_saved_epoch_needs_plain_batching():
-    with pytest.raises(ValueError, match="on_change='continue'.*batching='plain' only.*batching='grouped'"):
-        module(Mixture({"web": 1, "code": 1}, on_change="continue"), batching="grouped")
+@pytest.mark.parametrize("batching", ["grouped", "token_budget", "packed"])
+def test_every_batching_mode_goes_on_in_the_saved_epoch_with_the_same_batches_at_any_number_of_workers(batching):
+    options = {"batching": batching, "batch_size": 10} if batching == "grouped" else {
+        "batching": batching, "max_tokens": 40}
+    first = module(**options)
+    loader = first.train_dataloader()
+    before = [{key: value.tolist() if torch.is_tensor(value) else value for key, value in batch.items()}
+              for _, batch in zip(range(3), loader)]
+    state = pickle.loads(pickle.dumps(first.state_dict()))
+    served_before = mixture_state(first)["served"]
+    mix = Mixture({"web": 0.4, "code": 0.2, "books": 0.4}, samples_per_epoch=100, on_change="continue")
+    rests, states = [], []
+    for workers in (0, 2):
+        changed = module(mix, workers=workers, data=sources(books=50), **options)
+        changed.load_state_dict(state)
+        loader = changed.train_dataloader()
+        batches = iter(loader)
+        rest = [next(batches), next(batches)]  # the state is loaded as the pass starts
+        steps = len(loader)
+        states.append(mixture_state(changed))
+        rest += list(batches)  # the rest of epoch 0
+        assert steps == 3 + len(rest)  # the epoch's steps count those served before the change
+        rests.append([{key: value.tolist() if torch.is_tensor(value) else value for key, value in batch.items()}
+                      for batch in rest])
+    assert rests[0] == rests[1] and states[0] == states[1]
+    epoch = [row for batch in before + rests[0] for row in documents(batch)]
+    assert len(epoch) == len(set(epoch)) == 100  # no row of the epoch twice, and its 100 rows
+    after = [row for batch in rests[0][:2] for row in documents(batch)]
+    served = states[0]["served"]  # counted on from the saved counts, by source name
+    assert {name: rows for name, (rows, _) in served.items()} == {
+        name: served_before.get(name, [0, 0])[0] + sum(tag == TAGS[name] for tag, _ in after) for name in TAGS}
 
 
 def test_shuffle_false_with_a_mixture_is_refused_at_construction():
