@@ -81,9 +81,9 @@ class MixtureOrder:
             = (0, 0, None, 0, 0, {}, {})
         """(epoch, step, each source's first draw, rows and steps of the epoch before that step, the draws of the
         epoch's sources that this mixture left out, each source's draws after its first already served) this
-        mixture's epochs start from: (0, 0, None: fresh, 0, 0, {}, {}), where a checkpoint of another mixture handed over
-        (``on_change='new_epoch'``: its next epoch; ``'continue'``: the rest of its epoch), or the start of a
-        loaded state's epoch (:meth:`anchor`: a resume plans its own epoch only, whatever its number)."""
+        mixture's epochs start from: (0, 0, None: fresh, 0, 0, {}, {}), where a checkpoint of another mixture
+        handed over (``on_change='new_epoch'``: its next epoch; ``'continue'``: the rest of its epoch), or the
+        start of a loaded state's epoch (:meth:`anchor`: a resume plans its own epoch only, whatever its number)."""
         self.history: list[tuple[int, dict[str, Any]]] = []
         """The mixtures served before this one, each with the step it ended at (a checkpoint of another mixture
         loaded with ``on_change='continue'`` or ``'new_epoch'``), for the report's weights by step."""
@@ -133,7 +133,8 @@ class MixtureOrder:
                                                      self.meter.drawn(sampler)):
             following = int(_stream(start, skip, np.asarray([first]))[0])  # the first draw not served
             passed = np.asarray(skip, dtype=np.int64)
-            ahead = np.union1d(_stream(start, skip, later), passed[passed > following])
+            ahead = np.sort(np.concatenate([_stream(start, skip, later), passed[passed > following]]),
+                            kind="stable")  # two increasing runs, apart: merged
             rows.append(following - int(start))
             if len(ahead):
                 skipped[name] = ahead.tolist()

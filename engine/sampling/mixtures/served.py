@@ -145,8 +145,17 @@ def _steps_served(order: np.ndarray, rows: np.ndarray, steps: np.ndarray) -> np.
     when = np.full(len(order), NEVER, dtype=np.int64)
     if not len(rows):
         return when
-    by_step = np.argsort(steps, kind="stable")
+    if len(rows) <= len(order) and np.array_equal(rows, order[:len(rows)]):  # served in the order (plain)
+        when[:len(rows)] = steps
+        return when
+    by_step = np.argsort(steps, kind="stable")  # runs of ascending steps, one a rank: merged
     rows, steps = rows[by_step], steps[by_step]
+    at = np.full(int(order.max()) + 1, -1, dtype=np.int64)
+    at[order] = np.arange(len(order))
+    if np.array_equal(at[order], np.arange(len(order))):  # each row once in the order: its position, at once
+        served = at[rows]
+        when[served[::-1]] = steps[::-1]  # a row served twice (padding) keeps its earliest step
+        return when
     by_position = np.argsort(order, kind="stable")
     ordered = order[by_position]
     by_row = np.argsort(rows, kind="stable")
