@@ -266,8 +266,8 @@ class MixtureOrder:
                              f">= 0 a source, 'ended', 'skipped' (optional): {{source name: increasing integers "
                              f"past its first unserved draw}}}} and 'epoch_start' {{'starts': one integer >= 0 a "
                              f"source, 'step', 'rows', 'steps', 'left_out', 'skipped' (optional)}} to go on in its "
-                             f"epoch, but got {saved!r:.300}; it was not saved by this engine (states saved before "
-                             f"on_change='continue' knew every batching mode say what a plain one served only)")
+                             f"epoch, but got {saved!r:.300}; the draws its epoch served are not known, so resume "
+                             f"with the mixture saved, or use on_change='new_epoch'")
         exhaust = saved["declared"].get("exhaust") if isinstance(saved["declared"], dict) else None
         if not isinstance(exhaust, dict) or set(exhaust) != set(names):
             raise ValueError(f"sampler state's mixture declared exhaust should name each source {names}, but got "
