@@ -15,6 +15,7 @@ from engine.core.distributed import resolve_world
 from engine.core.locks import ModuleLock
 from engine.core.rng import drawn_seed
 from engine.core.skipped_rows import SkipReport
+from engine.core.stateful import SHARED_LEAF, rank_leaf
 from engine.datamodule import options
 from engine.datamodule.checkpointing import CheckpointedModule
 from engine.datamodule.collator import check_collator_kwargs, module_collator
@@ -259,9 +260,16 @@ class DataModule(CheckpointedModule):
     @property
     def per_rank_state(self) -> bool:
         """Whether each rank's state is its own (a stream: each rank reads its share), rather than the same on every
-        rank (map-style data: the position is the global step's), which :class:`~engine.loading.dcp.DCPState`
-        saves once for all ranks."""
+        rank (map-style data: the position is the global step's), which ``state_dict()`` saves under one leaf
+        that DCP writes once for all ranks."""
         return self._stream is not None
+
+    def state_leaf(self) -> str:
+        """``"state"``, shared by every rank; a stream's: ``"rank<r>"``, this rank's own (set up to know it)."""
+        if not self.per_rank_state:
+            return SHARED_LEAF
+        self.setup()
+        return rank_leaf(self.rank)
 
     @property
     def split_sizes(self) -> dict[str, int | None]:
