@@ -5,8 +5,8 @@ Use it around any loader (``for batch in monitor.wrap(loader)``) or as a Lightni
 (:class:`~engine.tools.monitor_callback.DataMonitorCallback`, in a module of its own so the monitor needs no
 Lightning). Waiting time is the time spent inside ``next()`` on the loader: the part of a training step lost to
 data; the copy to the device (``wrap(loader, device=...)``, or a data module's hooks in Lightning) is the
-``transfer`` stage, timed apart from it. The engine's loaders time each batch's
-stages where they run, in workers too (:mod:`engine.core.stage_times`); the monitor reports their means per batch.
+``transfer`` stage, timed apart from it. The engine's loaders time each batch's stages where they run, in workers
+too (:mod:`engine.core.stage_times`); the monitor reports their means per batch.
 :meth:`DataMonitor.rank_waits` gathers every rank's wait into one table (:mod:`engine.tools.rank_waits`). Memory
 is the resident set size (psutil) of this process and of its child processes, which are the loader's workers (and
 any other children the process started).
@@ -150,11 +150,19 @@ class DataMonitor:
         self._loader_times, self._since = stage_times, stage_times.snapshot()
 
     def wrap(self, loader: Iterable[Any], *, device: torch.device | str | None = None,
-             transfer: Callable[[Any, torch.device | str], Any] = move_to_device) -> Iterator[Any]:
+             transfer: Callable[[Any, torch.device | str], Any] | None = None) -> Iterator[Any]:
         """Iterate ``loader``, timing each ``next()`` and recording each batch. With ``device``, each batch is
         yielded as ``transfer(batch, device)`` makes it (by default :func:`~engine.tools.transfer.move_to_device`;
         a data module's hooks with ``transfer=dm.transfer``), timed as the ``transfer`` stage and left out of the
-        wait (a CUDA copy is synchronized to be timed)."""
+        wait (a CUDA copy is synchronized to be timed).
+
+        Raises:
+            ValueError: ``transfer`` without ``device`` (there is nowhere to copy to).
+        """
+        if transfer is not None and device is None:
+            raise ValueError("device should be given with transfer= (it copies each batch there), but got "
+                             "device=None; pass device=...")
+        transfer = transfer or move_to_device
         if isinstance(loader, TimesItsStages):
             self.watch(loader.stage_times)
         iterator = iter(loader)

@@ -115,6 +115,10 @@ class TestLoaderStages:
         assert {"stage_fetch_ms", "stage_collate_ms", "stage_transfer_ms"} <= set(stats.as_dict())
         assert "per batch: fetch" in str(stats) and "transfer" in str(stats)
 
+    def test_a_transfer_needs_a_device(self):
+        with pytest.raises(ValueError, match=r"device should be given with transfer= \(it copies each batch there\), but got device=None"):
+            next(DataMonitor().wrap(module().train_dataloader(), transfer=module().transfer))
+
     def test_the_wait_leaves_the_modules_transfer_out(self, monkeypatch):
         clock = Clock(monkeypatch)
         dm = module()
