@@ -362,3 +362,21 @@ def test_a_state_saved_before_taken_and_history_resumes_exactly_and_cannot_go_on
     assert take(loaded(mixture, sizes, older), None) == expected
     with pytest.raises(ValueError, match="should have 'names', 'taken'"):
         loaded(Mixture({"a": 1, "b": 1}, on_change="continue"), sizes, older)
+
+
+def test_a_loaded_epoch_start_s_draws_passed_over_are_validated_on_an_exact_resume():
+    sizes = {"a": 100, "b": 100}
+    first = samplers(Mixture({"a": 1, "b": 1}, samples_per_epoch=80), sizes, 1, "grouped")
+    take(first, 3)
+    new = Mixture({"a": 1, "b": 3}, samples_per_epoch=80, on_change="continue")
+    changed = loaded(new, sizes, first[0].state_dict(), 1, "grouped")
+    take(changed, 1)
+    state = changed[0].state_dict()
+    start = state["mixture"]["epoch_start"]
+    assert start["skipped"]  # the rest passes over draws served ahead before the change
+    expected = take(changed, None)
+    assert take(loaded(new, sizes, state, 1, "grouped"), None) == expected
+    name = next(iter(start["skipped"]))
+    start["skipped"][name] = [start["starts"][list(sizes).index(name)]]  # its first draw: not served ahead
+    with pytest.raises(ValueError, match="epoch_start skipped should name draws after each source's first"):
+        loaded(new, sizes, state, 1, "grouped")
