@@ -145,11 +145,11 @@ def _steps_served(order: np.ndarray, rows: np.ndarray, steps: np.ndarray) -> np.
     when = np.full(len(order), NEVER, dtype=np.int64)
     if not len(rows):
         return when
+    by_step = np.argsort(steps, kind="stable")  # runs of ascending steps, one a rank: merged
+    rows, steps = rows[by_step], steps[by_step]
     if len(rows) <= len(order) and np.array_equal(rows, order[:len(rows)]):  # served in the order (plain)
         when[:len(rows)] = steps
         return when
-    by_step = np.argsort(steps, kind="stable")  # runs of ascending steps, one a rank: merged
-    rows, steps = rows[by_step], steps[by_step]
     at = np.full(int(order.max()) + 1, -1, dtype=np.int64)
     at[order] = np.arange(len(order))
     if np.array_equal(at[order], np.arange(len(order))):  # each row once in the order: its position, at once
