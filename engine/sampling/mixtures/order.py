@@ -87,7 +87,7 @@ class MixtureOrder:
         self.history: list[tuple[int, dict[str, Any]]] = []
         """The mixtures served before this one, each with the step it ended at (a checkpoint of another mixture
         loaded with ``on_change='continue'`` or ``'new_epoch'``), for the report's weights by step."""
-        self._skips: dict[int, tuple[tuple[int, ...], ...]] = {}
+        self._skips: dict[int, tuple[np.ndarray, ...]] = {}
         """Per planned epoch, each source's draws after its first not to draw (served before, see
         :meth:`skips`)."""
         self._expected_before = np.zeros(len(self.sizes))
@@ -105,7 +105,8 @@ class MixtureOrder:
             rows_before, steps_before, left_out, left_skips = self._origin[3:] if epoch == self._origin[0] \
                 else (0, 0, {}, {})
             skipped = {**{name: list(skip) for name, skip in left_skips.items() if name not in self.mixture.names},
-                       **{name: list(skip) for name, skip in zip(self.mixture.names, self.skips(epoch)) if skip}}
+                       **{name: skip.tolist() for name, skip in zip(self.mixture.names, self.skips(epoch))
+                          if len(skip)}}
             self._start = {"epoch": int(epoch), "step": int(plan.start_step),
                            "starts": [int(one) for one in plan.starts],
                            "expected": [float(one) for one in self._expected_rows(epoch, 0)],
@@ -132,8 +133,7 @@ class MixtureOrder:
         for name, start, skip, (first, later) in zip(self.mixture.names, plan.starts, self.skips(epoch),
                                                      self.meter.drawn(sampler)):
             following = int(_stream(start, skip, np.asarray([first]))[0])  # the first draw not served
-            passed = np.asarray(skip, dtype=np.int64)
-            ahead = np.sort(np.concatenate([_stream(start, skip, later), passed[passed > following]]),
+            ahead = np.sort(np.concatenate([_stream(start, skip, later), skip[skip > following]]),
                             kind="stable")  # two increasing runs, apart: merged
             rows.append(following - int(start))
             if len(ahead):
@@ -142,7 +142,7 @@ class MixtureOrder:
         ended = state.position >= len(sampler._batches(epoch, state.served))
         return {"steps": int(steps), "rows": rows, "ended": bool(ended), **({"skipped": skipped} if skipped else {})}
 
-    def skips(self, epoch: int) -> tuple[tuple[int, ...], ...]:
+    def skips(self, epoch: int) -> tuple[np.ndarray, ...]:
         """Each source's draws of ``epoch``, after its first, served before in the epoch (another mixture's,
         ``on_change='continue'``) or in the pass (a cycling source's draws passed over the epoch before):
         numbers in its stream of draws that the epoch's draws pass over."""
@@ -439,7 +439,7 @@ class MixtureOrder:
         for number in range(first + 1, epoch + 1):
             start_step, starts = (origin_step, origin_starts or (0,) * len(self.sizes)) if number == origin_epoch \
                 else (0, ())
-            skips = tuple(tuple(self._origin[6].get(name, ())) if number == origin_epoch else ()
+            skips = tuple(np.asarray(self._origin[6].get(name, ()) if number == origin_epoch else (), dtype=np.int64)
                           for name in self.mixture.names)
             if number > origin_epoch:
                 before = self._plans[number - 1]
@@ -449,7 +449,7 @@ class MixtureOrder:
                              zip(before.starts, self._skips[number - 1], totals.tolist())]
                 starts = tuple(after if self.mixture.passes(name) is None else 0
                                for after, name in zip(following, self.mixture.names))
-                skips = tuple(tuple(one for one in skip if one >= after) if self.mixture.passes(name) is None else ()
+                skips = tuple(skip[skip > after] if self.mixture.passes(name) is None else skip[:0]
                               for skip, after, name in zip(self._skips[number - 1], following, self.mixture.names))
             self._skips[number] = skips
             self._plans[number] = walk(self, number, start_step, starts, rows_before if number == origin_epoch else 0)
@@ -486,10 +486,10 @@ def _is_skipped(value: Any) -> bool:
         and all(a < b for a, b in zip(skip, skip[1:])) for name, skip in value.items())
 
 
-def _stream(start: int, skip: Sequence[int], draws: np.ndarray) -> np.ndarray:
+def _stream(start: int, skip: np.ndarray, draws: np.ndarray) -> np.ndarray:
     """The numbers in a source's stream of its draws ``draws`` (0: the first) of an epoch whose draws start at
     ``start`` and pass over ``skip`` (increasing numbers after ``start``)."""
-    passed = np.asarray(skip, dtype=np.int64) - start - np.arange(len(skip))  # draws before each skipped number
+    passed = skip - start - np.arange(len(skip))  # draws before each skipped number
     return start + draws + np.searchsorted(passed, draws, side="right")
 
 

@@ -47,10 +47,10 @@ class Draws:
     growing steps, with the running token count of the draws when lengths are known)."""
 
     def __init__(self, seed: int, name: str, size: int, start: int, fresh_epoch: int | None,
-                 lengths: np.ndarray | None, within: BlockOrder | None = None, skip: tuple[int, ...] = ()) -> None:
+                 lengths: np.ndarray | None, within: BlockOrder | None = None, skip: np.ndarray | None = None) -> None:
         self.seed, self.name, self.size, self.start = seed, name, size, start
         self.fresh_epoch, self.lengths, self.within = fresh_epoch, lengths, within
-        self.skip = np.asarray(skip, dtype=np.int64)
+        self.skip = np.zeros(0, dtype=np.int64) if skip is None else skip
         """Draws after ``start`` (their numbers in the source's stream) not to draw again: served in this epoch
         under another mixture (``on_change='continue'``)."""
         self.taken = 0
