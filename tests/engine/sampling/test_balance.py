@@ -14,7 +14,7 @@ from collators.packed import PackedCollator
 from engine.datamodule.universal import UniversalDataModule
 from engine.loading.config import DataLoaderConfig
 from engine.loading.factory import DataLoaderFactory, batch_sampler_for
-from engine.sampling.balance import check_balance, document_costs, refine, step_balance
+from engine.sampling.balance import SummedCost, check_balance, document_costs, refine, step_balance
 from engine.sampling.packed import PackedBatchSampler
 from engine.sources.wrappers import TensorListSource
 from task_spec import TaskSpec
@@ -77,7 +77,8 @@ class TestBalance:
     def test_refine_moves_documents_from_the_costliest_rank_within_the_budget(self):
         lengths = np.array([8, 1, 1, 1, 1, 4, 4])
         costs = document_costs(lengths, 0.5)
-        before, after = [[0, 1, 2], [3, 4, 5, 6]], refine([[0, 1, 2], [3, 4, 5, 6]], costs, lengths, 12)
+        before = [[0, 1, 2], [3, 4, 5, 6]]
+        after = refine(before, SummedCost(lengths, costs, 12))
         assert sorted(sum(after, [])) == list(range(7)) and all(lengths[b].sum() <= 12 for b in after)
         assert max(costs[b].sum() for b in after) < max(costs[b].sum() for b in before)
 
