@@ -170,14 +170,13 @@ class TestRefusals:
 
     ROWS = [torch.arange(n) for n in range(5, 40)]
 
-    @pytest.mark.parametrize("batching", ["plain", "grouped", "token_budget"])
-    def test_the_module_refuses_balance_without_packing(self, batching):
-        budget = {"max_tokens": 64} if batching == "token_budget" else {}
+    @pytest.mark.parametrize("batching", ["plain", "grouped"])
+    def test_the_module_refuses_balance_without_a_token_budget(self, batching):
         with pytest.raises(ValueError, match=f"balance='compute' \\(balance= was given\\) deals the documents of "
-                                             f"each step's packed sequences to ranks by their cost, but "
-                                             f"batching='{batching}'; pass batching='packed'"):
+                                             f"each step's token-budget batches to ranks by their cost, but "
+                                             f"batching='{batching}'; pass batching='packed' or 'token_budget'"):
             UniversalDataModule(self.ROWS, task_spec=TaskSpec.lm_tiny(), batching=batching, balance="compute",
-                                attention_weight=0.01, **budget)
+                                attention_weight=0.01)
 
     def test_the_module_refuses_balance_over_a_stream(self):
         datasets = pytest.importorskip("datasets")
@@ -185,13 +184,6 @@ class TestRefusals:
         with pytest.raises(ValueError, match=r"balance='compute' \(balance= was given\) deals each step's documents "
                                              r"to ranks by their lengths, which a stream"):
             UniversalDataModule(stream, task_spec=TaskSpec.lm_tiny(), balance="compute", attention_weight=0.01)
-
-    def test_the_module_refuses_balance_with_a_mixture(self):
-        data = {"a": self.ROWS, "b": self.ROWS}
-        with pytest.raises(ValueError, match=r"balance='compute' \(balance= was given\) groups packed bins of like "
-                                             r"cost into steps, but a mixture's steps hold each source at its share"):
-            UniversalDataModule(data, mix={"a": 1, "b": 1}, task_spec=TaskSpec.lm_tiny(), batching="packed",
-                                max_tokens=64, balance="compute", attention_weight=0.01)
 
     def test_the_spec_can_set_balance_and_its_weight(self):
         spec = TaskSpec.lm_tiny().replace(preprocessing_config={"batching": "packed", "max_tokens": 64,
