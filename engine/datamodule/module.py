@@ -92,9 +92,10 @@ class DataModule(CheckpointedModule):
             ``max_tokens`` padded tokens per batch) or 'packed' (whole documents concatenated into one ``[1, T]``
             sequence of at most ``max_tokens``, no padding); None reads ``spec.preprocessing_config['batching']``.
         max_tokens: Token budget per batch for 'token_budget' and 'packed' (else the spec's 'max_tokens').
-        balance, attention_weight: Under 'packed' batching, ``balance='compute'`` deals each step's documents to
-            ranks so their estimated compute, ``tokens + attention_weight * sum(len**2)``, is about the same (with
-            ``'tokens'``, the default, only their tokens are); see docs/distributed.md. None reads the spec's
+        balance, attention_weight: Under 'packed' and 'token_budget' batching, ``balance='compute'`` deals each
+            step's documents to ranks so their estimated compute, ``tokens + attention_weight * sum(len**2)``
+            (padded tokens under token budgets), is about the same (with ``'tokens'``, the default, only their
+            tokens are); see docs/distributed.md. None reads the spec's
             ``preprocessing_config``.
         device_normalize: Vision: keep images uint8 in the loader, normalize on the device: Lightning's
             ``on_after_batch_transfer`` does it; a plain loop copies its batches with ``dm.transfer(batch, device)``
@@ -190,8 +191,7 @@ class DataModule(CheckpointedModule):
             check_mixture_batching(self.mixture, self.batching)
         options.check_stream_batching(self._stream is not None, self.batching, self.train_config.num_threads)
         self.balance, self.attention_weight = resolve_balance(task_spec, balance, attention_weight, self.batching,
-                                                              stream=self._stream is not None,
-                                                              mixture=self.mixture is not None)
+                                                              stream=self._stream is not None)
         self.collator, self.collator_resolution = module_collator(
             task_spec, tokenizer, collate_fn, collator_name, collator_kwargs, device_normalize=device_normalize,
             batching=self.batching, batching_reason=self.batching_reason)

@@ -118,3 +118,18 @@ class TestForms:
         with pytest.raises(TypeError, match=r"the saved state's 'state' should be the bytes state_dict\(\) wrote, "
                                             r"but got dict"):
             module().load_state_dict({SHARED_LEAF: {"seed": 3}})
+
+
+class TestSeveralDatasets:
+    def test_a_fresh_multi_module_continues_the_schedule_from_dcp(self, tmp_path):
+        from tests.engine.multi.test_module import module as multi_module
+        from tests.engine.multi.test_module import take
+
+        reference = take(multi_module(), 11)
+        first = multi_module()
+        assert take(first, 5) == reference[:5]
+        dcp.save({"data": first}, checkpoint_id=tmp_path)
+        assert list(first.state_dict()) == [SHARED_LEAF]
+        fresh = multi_module()
+        dcp.load({"data": fresh}, checkpoint_id=tmp_path)
+        assert take(fresh, 6) == reference[5:]
