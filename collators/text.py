@@ -264,6 +264,13 @@ def warm_token_loops() -> None:
     load()
 
 
+def fill_token_loops_soon() -> bool:
+    """Start one low-priority process that compiles the loops into numba's disk cache unless it holds them
+    (:func:`collators._kernels.fill_cache_soon`), for loader workers this process starts rather than forks: they
+    load the loops from the cache, or run them as Python while it lacks them. Returns whether it started."""
+    return fill_cache_soon()
+
+
 def warm_token_loops_soon() -> bool:
     """Start loading the compiled loops in a thread of this process when numba's disk cache holds them (loading
     then compiles nothing), for work that waits on I/O meanwhile (listing shards in object storage); returns

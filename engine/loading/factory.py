@@ -104,6 +104,8 @@ class DataLoaderFactory:
         check_picklable(source, collate, kwargs)
         if warmed:
             warm_token_loops()  # forked workers share the compiled loops instead of each loading its own
+        elif kwargs["num_workers"] and not forked:
+            fill_token_loops_soon()  # started workers load the loops from numba's cache, filled once here
         if batch_sampler is not None:
             return _attach_epoch_handle(_map_loader(source, batch_sampler, config, common))
         sampler = SeededBatchSampler(
@@ -267,6 +269,13 @@ def warm_token_loops() -> None:
     from collators.text import warm_token_loops as warm
 
     warm()
+
+
+def fill_token_loops_soon() -> bool:
+    """:func:`collators.text.fill_token_loops_soon`; the text collator's module is imported when called."""
+    from collators.text import fill_token_loops_soon as fill_soon
+
+    return fill_soon()
 
 
 def warm_token_loops_soon() -> bool:

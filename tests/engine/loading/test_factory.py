@@ -157,3 +157,20 @@ def test_forked_workers_inherit_the_cached_loops_or_load_their_own_with_the_same
                               timeout=600, env=env, cwd=root)
         assert done.returncode == 0, done.stderr[-3000:]
         assert json.loads(done.stdout.splitlines()[-1]) == {"same": True, "batches": 25, "numba_in_parent": cached}
+
+
+@pytest.mark.parametrize(("context", "workers", "filled"), [("spawn", 2, True), ("forkserver", 1, True),
+                                                            ("fork", 2, False), (None, 0, False)])
+def test_a_loader_whose_workers_start_fresh_has_the_padding_loops_compiled_into_the_cache_once(
+        monkeypatch, context, workers, filled):
+    """Spawned workers inherit nothing: they load the compiled loops from numba's disk cache, which the loader has
+    one background process fill first (forked workers get the parent's loops, or start that process themselves
+    through warm_token_loops_soon); a loader without workers needs neither."""
+    import engine.loading.factory as factory
+
+    calls = []
+    monkeypatch.setattr(factory, "fill_token_loops_soon", lambda: calls.append(1))
+    monkeypatch.setattr(factory, "warm_token_loops_soon", lambda: False)
+    config = DataLoaderConfig(num_workers=workers, multiprocessing_context=context)
+    DataLoaderFactory().create_dataloader(TensorDataset(torch.arange(4)), config)
+    assert calls == ([1] if filled else [])
