@@ -69,13 +69,17 @@ def write_data(folder: Path, count: int) -> None:
                 os.fsync(file.fileno())
 
 
-def worker_memory() -> dict[int, tuple[int, int]]:
+def worker_memory(workers: set[int]) -> dict[int, tuple[int, int]]:
     """Each worker's ``(USS, private dirty bytes)``: USS also counts file pages of the memory-mapped rows that only
-    that worker has mapped (clean, dropped by the kernel under pressure); dirty private pages are the worker's own."""
+    that worker has mapped (clean, dropped by the kernel under pressure); dirty private pages are the worker's own.
+    ``workers``: the loader iterator's worker pids (another child process, such as the one filling numba's cache on
+    a new install, is not a worker)."""
     import psutil
 
     found = {}
     for child in psutil.Process().children(recursive=True):
+        if child.pid not in workers:
+            continue
         try:
             uss = child.memory_full_info().uss
             with open(f"/proc/{child.pid}/smaps_rollup") as rollup:
@@ -120,9 +124,10 @@ def measure(case: str, folder: Path) -> dict[str, Any]:
     dirty: dict[int, int] = {}
     start = time.perf_counter()
     steps = 0
-    for steps, _ in enumerate(batches, 1):
+    iterator = iter(batches)
+    for steps, _ in enumerate(iterator, 1):
         if steps % 10 == 0:
-            for pid, (uss, private_dirty) in worker_memory().items():
+            for pid, (uss, private_dirty) in worker_memory({w.pid for w in iterator._workers}).items():
                 first.setdefault(pid, uss)
                 peaks[pid] = max(peaks.get(pid, 0), uss)
                 last[pid] = uss
