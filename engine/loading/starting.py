@@ -36,7 +36,7 @@ class _ArgumentsInBlock:
         state = dict(self.__dict__)
         pickled = reduction.ForkingPickler.dumps((state.pop("_target"), state.pop("_args"), state.pop("_kwargs")))
         if len(pickled) > LARGEST_BLOCK:
-            state[_PICKLED] = pickled
+            state[_PICKLED] = bytes(pickled)
             return state
         block = shared_memory.SharedMemory(create=True, size=len(pickled))
         try:
