@@ -135,7 +135,7 @@ def elastic_case(label: str, data: Any, repeats: int, number: int) -> dict[str, 
     resumed.load_state_dict(saved)
     load_s = time.perf_counter() - start
     sampler = on_ranks(data, 0, 1).train_dataloader().batch_sampler  # the loaded sampler, stepped by itself
-    sampler.load_state_dict(sampler_state_of(saved["train_loader"]))
+    sampler.load_state_dict(sampler_state_of(saving[0].data_state()["train_loader"]))
     rest = [row for batch in sampler for row in batch]
     if served & set(rest) or len(rest) != len(set(rest)) or len(served) + len(rest) != len(data):
         raise OutputMismatch(f"{NAME} elastic {label}: the rest of the epoch does not serve each remaining row once")

@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from engine.datamodule.protocol import DataModuleProtocol
     from engine.datamodule.universal import UniversalDataModule
     from engine.loading.config import DataLoaderConfig
-    from engine.loading.dcp import DCPState
     from engine.loading.factory import DataLoaderFactory
     from engine.multi.config import EpochLengthPolicy, MultiDataLoaderConfig, SamplingStrategy
     from engine.multi.loader import MultiDataLoader, build_multi_loader
@@ -57,7 +56,6 @@ _LAZY = {
     "DataModuleProtocol": "engine.datamodule.protocol",
     "UniversalDataModule": "engine.datamodule.universal",
     "DataLoaderConfig": "engine.loading.config",
-    "DCPState": "engine.loading.dcp",
     "DataLoaderFactory": "engine.loading.factory",
     "EpochLengthPolicy": "engine.multi.config",
     "MultiDataLoaderConfig": "engine.multi.config",
@@ -103,7 +101,6 @@ _LAZY = {
 __all__ = [
     "Batch",
     "BatchValidationError",
-    "DCPState",
     "CollatorRegistry",
     "DataLoaderConfig",
     "DataLoaderFactory",

@@ -113,13 +113,13 @@ def test_a_plain_loop_over_the_data_module_imports_no_lightning():
     code = """
 import sys
 import torch
-from engine import DataModule, DCPState, build_multi_loader
+from engine import DataModule, build_multi_loader
 from task_spec import TaskSpec
 rows = [torch.arange(1, 2 + n % 9) for n in range(40)]
 dm = DataModule(rows, task_spec=TaskSpec.lm_tiny(), batch_size=4, val_split=8, seed=3)
 train = [batch["input_ids"].shape[0] for batch in dm.train_dataloader()]
 val = [batch["input_ids"].shape[0] for batch in dm.val_dataloader()]
-state = DCPState(dm).state_dict()
+state = dm.state_dict()
 multi = list(build_multi_loader({"a": [1, 2], "b": [3]}))
 print(sum(train), sum(val), sorted(state), len(multi))
 print(sorted(name for name in ("lightning", "pytorch_lightning") if name in sys.modules))

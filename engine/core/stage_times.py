@@ -5,8 +5,9 @@ transform: decoding, augmentation, tokenizing on the fly), **collate** (the coll
 **transfer** (the copy to the device). The source stamps its stages' seconds on the rows it hands over
 (:func:`stamp`), the collate step adds its own; in a worker process the times travel back with the batch (a dict of
 a few floats beside it), in this process they are added at once. Each loader adds them up in one
-:class:`StageTimes`; the transfer is timed by whoever copies the batch (:meth:`DataMonitor.wrap
-<engine.tools.monitor.DataMonitor.wrap>` with ``device=``).
+:class:`StageTimes`. The transfer is timed by whoever copies the batch, outside the wait for it: in Lightning the
+data module's transfer hooks add it to the train loader's times (:meth:`StageTimes.add_stage`), in a plain loop
+:meth:`DataMonitor.wrap <engine.tools.monitor.DataMonitor.wrap>` with ``device=`` times its copy.
 """
 
 from __future__ import annotations
@@ -56,8 +57,22 @@ class StageTimes:
         with self._lock:
             self.batches += 1
             for stage, seconds in times.items():
-                self.seconds[stage] = self.seconds.get(stage, 0.0) + seconds
-                self.counts[stage] = self.counts.get(stage, 0) + 1
+                self._add(stage, seconds)
+
+    def add_stage(self, stage: str, seconds: float) -> None:
+        """Add one batch's ``seconds`` of a ``stage`` timed after the batch was made (the transfer, timed where the
+        batch is copied): that stage counts one more batch, :attr:`batches` (the batches made) does not change."""
+        with self._lock:
+            self._add(stage, seconds)
+
+    def _add(self, stage: str, seconds: float) -> None:
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + seconds
+        self.counts[stage] = self.counts.get(stage, 0) + 1
+
+    def total(self, stage: str) -> float:
+        """Seconds of ``stage`` summed so far (0.0 before it was timed)."""
+        with self._lock:
+            return self.seconds.get(stage, 0.0)
 
     def totals(self) -> dict[str, float]:
         """Seconds per stage, summed, in the order of :data:`STAGES`."""

@@ -19,11 +19,7 @@ def check_mixture_batching(mixture: Mixture, batching: str, mega_batch_factor: i
     """Refuse, at construction, a schedule that a batching mode cannot follow step by step: under token budgets and
     packing a step holds a varying number of documents, so no document position is the start of a given step;
     grouped batching sorts rows by length within runs of ``mega_batch_factor`` steps, so a change must start one.
-    ``on_change='continue'`` needs the rows served after ``k`` steps to be the first ``k`` blocks: plain batching."""
-    if mixture.on_change == "continue" and batching != "plain":
-        raise ValueError(f"Mixture(on_change='continue') goes on with the rows of a saved epoch not served yet, which "
-                         f"it knows under batching='plain' only (batching={batching!r} serves a step's rows out of "
-                         f"the order's blocks); use batching='plain', or on_change='new_epoch'")
+    ``on_change='continue'`` works under every mode: a state names the rows its epoch served."""
     if mixture.points and batching in ("token_budget", "packed"):
         raise ValueError(f"a Mixture schedule changes weights at training steps, but batching={batching!r} puts a "
                          f"varying number of documents in each step, so the switch could not fall on its step; use "
@@ -49,7 +45,7 @@ def mixture_order(mixture: Mixture, source: MixedSource, *, batching: str, key: 
         lengths = _cheap_lengths(source, key)
     block = global_batch if batching in ("plain", "grouped") else DOCUMENT_BLOCK
     return MixtureOrder(mixture, source.sizes, block=block, seed=seed, lengths=lengths,
-                        within=[block_order(part) for part in source.sources], served_prefix=batching == "plain")
+                        within=[block_order(part) for part in source.sources])
 
 
 def _cheap_lengths(source: MixedSource, key: str) -> list[np.ndarray] | None:

@@ -9,12 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from engine.core.distributed import resolve_world
 from engine.core.locks import ModuleLock
 from engine.core.rng import drawn_seed
 from engine.core.skipped_rows import SkipReport
+from engine.core.stateful import SHARED_LEAF, rank_leaf
 from engine.datamodule import options
 from engine.datamodule.checkpointing import CheckpointedModule
 from engine.datamodule.collator import check_collator_kwargs, module_collator
@@ -40,6 +42,7 @@ from engine.sources.transforms import split_transforms
 from engine.tools.device import DeviceDecode, DeviceNormalize
 from engine.tools.report import DataReport, build_report
 from engine.tools.summary import render_html, render_text
+from engine.tools.transfer import move_to_device
 from engine.tools.validation import first_batch, validate_first_batch
 from engine.tools.verify_resume import ResumeCheck, verify_resume
 from task_spec import TaskSpec
@@ -89,12 +92,14 @@ class DataModule(CheckpointedModule):
             ``max_tokens`` padded tokens per batch) or 'packed' (whole documents concatenated into one ``[1, T]``
             sequence of at most ``max_tokens``, no padding); None reads ``spec.preprocessing_config['batching']``.
         max_tokens: Token budget per batch for 'token_budget' and 'packed' (else the spec's 'max_tokens').
-        balance, attention_weight: Under 'packed' batching, ``balance='compute'`` deals each step's documents to
-            ranks so their estimated compute, ``tokens + attention_weight * sum(len**2)``, is about the same (with
-            ``'tokens'``, the default, only their tokens are); see docs/distributed.md. None reads the spec's
+        balance, attention_weight: Under 'packed' and 'token_budget' batching, ``balance='compute'`` deals each
+            step's documents to ranks so their estimated compute, ``tokens + attention_weight * sum(len**2)``
+            (padded tokens under token budgets), is about the same (with ``'tokens'``, the default, only their
+            tokens are); see docs/distributed.md. None reads the spec's
             ``preprocessing_config``.
         device_normalize: Vision: keep images uint8 in the loader, normalize on the device: Lightning's
-            ``on_after_batch_transfer`` does it; a plain loop calls ``dm.device_normalize(batch)`` once on the device.
+            ``on_after_batch_transfer`` does it; a plain loop copies its batches with ``dm.transfer(batch, device)``
+            (or calls ``dm.device_normalize(batch)`` once on the device).
         validate: At setup, check the first training batch against the spec; the report is ``dm.validation_report``.
         on_error, max_skipped: A row whose read, decode or transform raises: 'raise' names it in an error, 'skip'
             leaves it out of its batch and records it in ``dm.skipped``, 'warn' also warns once per row.
@@ -186,8 +191,7 @@ class DataModule(CheckpointedModule):
             check_mixture_batching(self.mixture, self.batching)
         options.check_stream_batching(self._stream is not None, self.batching, self.train_config.num_threads)
         self.balance, self.attention_weight = resolve_balance(task_spec, balance, attention_weight, self.batching,
-                                                              stream=self._stream is not None,
-                                                              mixture=self.mixture is not None)
+                                                              stream=self._stream is not None)
         self.collator, self.collator_resolution = module_collator(
             task_spec, tokenizer, collate_fn, collator_name, collator_kwargs, device_normalize=device_normalize,
             batching=self.batching, batching_reason=self.batching_reason)
@@ -259,9 +263,16 @@ class DataModule(CheckpointedModule):
     @property
     def per_rank_state(self) -> bool:
         """Whether each rank's state is its own (a stream: each rank reads its share), rather than the same on every
-        rank (map-style data: the position is the global step's), which :class:`~engine.loading.dcp.DCPState`
-        saves once for all ranks."""
+        rank (map-style data: the position is the global step's), which ``state_dict()`` saves under one leaf
+        that DCP writes once for all ranks."""
         return self._stream is not None
+
+    def state_leaf(self) -> str:
+        """``"state"``, shared by every rank; a stream's: ``"rank<r>"``, this rank's own (set up to know it)."""
+        if not self.per_rank_state:
+            return SHARED_LEAF
+        self.setup()
+        return rank_leaf(self.rank)
 
     @property
     def split_sizes(self) -> dict[str, int | None]:
@@ -310,6 +321,22 @@ class DataModule(CheckpointedModule):
             return []
         return self.skipped.attach(self._factory.eval_dataloader(self.datasets[role], self.eval_config, role=role,
                                                                  rank=self.rank, num_replicas=self.world_size))
+
+    def transfer(self, batch: Any, device: torch.device | str, non_blocking: bool | None = None) -> Any:
+        """``batch`` on ``device``, finished as the Lightning subclass's batch hooks finish it: the JPEGs a
+        vision-language collator left encoded decoded (``device_decode``), every tensor moved
+        (:func:`~engine.tools.transfer.move_to_device`, ``non_blocking`` as there), uint8 images normalized
+        (``device_normalize``). A plain loop's copy to the device; ``monitor.wrap(loader, device=device,
+        transfer=dm.transfer)`` times it as the ``transfer`` stage, outside the wait for the batch."""
+        return self._after_transfer(move_to_device(self._before_transfer(batch), device, non_blocking))
+
+    def _before_transfer(self, batch: Any) -> Any:
+        """The work before the copy: decode the JPEGs left encoded (``device_decode``); other batches unchanged."""
+        return self.device_decode(batch) if self.device_decode is not None else batch
+
+    def _after_transfer(self, batch: Any) -> Any:
+        """The work on the device: normalize uint8 images (``device_normalize``); other batches unchanged."""
+        return self.device_normalize(batch) if self.device_normalize is not None else batch
 
     def verify_resume(self, *, steps: int = 8, at: int | None = None, world: int | None = 2,
                       to_world: int | None = 1) -> ResumeCheck:

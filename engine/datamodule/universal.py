@@ -2,16 +2,18 @@
 
 The Trainer checks ``isinstance(dm, LightningDataModule)``, so the Lightning class is a subclass; it adds only what a
 Trainer calls: the hyperparameters its checkpoints hold, the trainer's ranks, its sampler replacement turned off
-for our rank-aware loaders, ``limit_train_batches`` in the saved position, and the device-side batch hook. Every
-argument, batch and state is the plain class's.
+for our rank-aware loaders, ``limit_train_batches`` in the saved position, and the batch hooks around the copy to
+the device (timed as the ``transfer`` stage). Every argument, batch and state is the plain class's.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from engine.core.compat import lightning
 from engine.core.distributed import keep_our_samplers, resolve_world, restore_samplers
+from engine.core.stage_times import TimesItsStages
 from engine.datamodule import options
 from engine.datamodule.module import NOT_CHECKPOINTED, DataModule
 
@@ -37,6 +39,8 @@ class UniversalDataModule(DataModule, lightning().LightningDataModule):
 
     _samplers_kept = False
     """Whether setup turned the trainer's ``use_distributed_sampler`` off, until teardown."""
+    _transfer_start: float | None = None
+    """When the batch being copied to the device entered ``on_before_batch_transfer``."""
 
     def _record_configuration(self, configuration: dict[str, Any]) -> None:
         """Also where Lightning's checkpoints read the hyperparameters (``datamodule_hyper_parameters``)."""
@@ -72,10 +76,24 @@ class UniversalDataModule(DataModule, lightning().LightningDataModule):
         return limit if limit < len(loader) else None
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Lightning hook, before the copy: decode the JPEGs a vision-language collator left encoded
-        (``decode_device``) on that device; other batches unchanged."""
-        return self.device_decode(batch) if self.device_decode is not None else batch
+        """Lightning hook, before the copy: the transfer stage starts (see :meth:`on_after_batch_transfer`); decode
+        the JPEGs a vision-language collator left encoded (``decode_device``) on that device; other batches
+        unchanged."""
+        self._transfer_start = time.perf_counter()
+        return self._before_transfer(batch)
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Lightning hook, on the device: finish uint8 image batches (``device_normalize``); others unchanged."""
-        return self.device_normalize(batch) if self.device_normalize is not None else batch
+        """Lightning hook, on the device: finish uint8 image batches (``device_normalize``); others unchanged.
+
+        A training batch's transfer, from :meth:`on_before_batch_transfer` to here (the hooks and the copy, as the
+        step's thread spends them: a copy from pinned memory to CUDA runs on asynchronously), is added to the train
+        loader's stage times as ``transfer``, which the training step's wait for its batch then leaves out
+        (:class:`~engine.tools.monitor_callback.DataMonitorCallback`)."""
+        batch = self._after_transfer(batch)
+        start, self._transfer_start = self._transfer_start, None
+        trainer = self.trainer
+        if start is not None and trainer is not None and trainer.training:
+            loader = trainer.train_dataloader
+            if isinstance(loader, TimesItsStages):
+                loader.stage_times.add_stage("transfer", time.perf_counter() - start)
+        return batch

@@ -128,7 +128,8 @@ class DataLoaderFactory:
                          attention_weight: float | None = None) -> ResumableLoader:
         """A training loader over ``source`` with the sampler of ``batching`` (a stream keeps its own order);
         ``order``: the epoch order to draw from (a mixture's), else sharded data's block order or a shuffle;
-        ``balance``, ``attention_weight``: how packed steps are dealt to ranks (see :class:`PackedBatchSampler`)."""
+        ``balance``, ``attention_weight``: how packed and token-budget steps are dealt to ranks (see
+        :mod:`engine.sampling.balance`)."""
         sampler = None if isinstance(source, IterableDataset) else batch_sampler_for(
             source, batching=batching, batch_size=config.batch_size, max_tokens=max_tokens, key=key,
             seed=config.seed, shuffle=config.shuffle, drop_last=config.drop_last, num_replicas=num_replicas,
@@ -164,7 +165,8 @@ def batch_sampler_for(source: Any, *, batching: str, batch_size: int, seed: int,
     vision-language row's image tokens count too).
     ``max_length`` (packed only) is the collator's truncation, so rows are packed at the length they will have.
     ``order`` (a mixture's) replaces the sampler's own shuffle; by default sharded data gets its block order.
-    ``balance='compute'`` (packed only) balances each step's ranks by the cost model of ``attention_weight``.
+    ``balance='compute'`` (packed and token budgets) balances each step's ranks by the cost model of
+    ``attention_weight``.
     """
     order = order if order is not None else block_order(source)
     ranks = {"num_replicas": num_replicas, "rank": rank, "uneven": uneven, "order": order}
@@ -177,7 +179,8 @@ def batch_sampler_for(source: Any, *, batching: str, batch_size: int, seed: int,
     if batching == "packed":
         return PackedBatchSampler(lengths, int(max_tokens), seed=seed, max_length=max_length, balance=balance,
                                   attention_weight=attention_weight, **ranks)
-    return TokenBudgetBatchSampler(lengths, int(max_tokens), seed=seed, **ranks)
+    return TokenBudgetBatchSampler(lengths, int(max_tokens), seed=seed, balance=balance,
+                                   attention_weight=attention_weight, **ranks)
 
 
 def block_order(source: Any) -> BlockOrder | None:

@@ -44,7 +44,7 @@ from engine.core.compat import (
 from engine.core.distributed import stop_together
 from engine.core.skipped_rows import SkipReport, WithSkippedRows
 from engine.core.stage_times import StageTimes, TimesItsStages
-from engine.core.stateful import SavedAsOneLeaf
+from engine.core.stateful import SHARED_LEAF, SavedAsOneLeaf, rank_leaf
 
 
 class Executor(Protocol):
@@ -122,6 +122,16 @@ class ResumableLoader(SavedAsOneLeaf, WatchesItsIterator, BuildsWorkerProcessIte
 
     def data_state(self) -> dict[str, Any]:
         return self.executor.state_dict()
+
+    def state_leaf(self) -> str:
+        """``"state"`` over map-style data (its position is the global step's, the same on every rank); over a
+        stream, ``"rank<r>"``: each rank's position in its own share."""
+        if not self.is_stream:
+            return SHARED_LEAF
+        rank = getattr(self.dataset, "rank", None)
+        if rank is None:
+            rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+        return rank_leaf(rank)
 
     def load_data_state(self, state_dict: Mapping[str, Any]) -> None:
         """Continue from ``state_dict`` (from :meth:`data_state`) at the next ``iter``; the sampler's part is

@@ -183,9 +183,9 @@ SETTINGS: tuple[Setting, ...] = (
             resume="the batching mode cuts the epoch into other batches, so rows would be lost or repeated"),
     Setting("max_tokens", "int | None", None, "Tokens per batch under token_budget and packed batching (None: the "
             "spec's)", resume="the token budget cuts the epoch into other batches, so rows would be lost or repeated"),
-    Setting("balance", "str | None", None, "Packed batching: 'tokens' (every rank the same token budget) or "
-            "'compute' (each step's documents dealt to ranks by tokens + attention_weight * sum(len**2)); None: the "
-            "spec's, else 'tokens'"),
+    Setting("balance", "str | None", None, "Packed and token_budget batching: 'tokens' (every rank the same token "
+            "budget) or 'compute' (each step's documents dealt to ranks by tokens + attention_weight * sum(len**2), "
+            "padded under token budgets); None: the spec's, else 'tokens'"),
     Setting("attention_weight", "float | None", None, "balance='compute': the cost of one len**2 term in tokens' "
             "worth, about 1 / (12 * model width) (None: the spec's)"),
     Setting("device_normalize", "bool", False, "Vision: keep images uint8 in the loader, normalize on the device"),

@@ -10,7 +10,7 @@ from typing import Any
 from engine.core.compat import lightning
 from engine.core.locks import ModuleLock
 from engine.core.rng import derive_seed, drawn_seed
-from engine.core.stateful import SavedAsOneLeaf
+from engine.core.stateful import SHARED_LEAF, SavedAsOneLeaf
 from engine.datamodule.checkpointing import read_configuration
 from engine.datamodule.options import checkpoint_configuration, record_configuration, restore_configuration
 from engine.datamodule.universal import NOT_CHECKPOINTED, UniversalDataModule
@@ -177,6 +177,11 @@ class MultiDataModule(SavedAsOneLeaf, lightning().LightningDataModule):
         """Each child's identity, and the schedule with every child's loader position."""
         loader = self._train_loader.data_state() if self._train_loader is not None else self._pending_loader_state
         return {**self.identity(), MULTI: loader}
+
+    def state_leaf(self) -> str:
+        """``"state"``, the same on every rank, unless a child reads a stream (then this rank's own leaf)."""
+        streams = [child for child in self.children.values() if child.per_rank_state]
+        return streams[0].state_leaf() if streams else SHARED_LEAF
 
     def load_data_state(self, state_dict: Mapping[str, Any]) -> None:
         """Check every child's data against the state, then continue the schedule where it stopped. Thread-safe: it

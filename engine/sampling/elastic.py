@@ -106,10 +106,16 @@ def remaining_order(sampler: ElasticSampler, epoch: int, segments: tuple[Segment
 def without(order: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """``order`` less one occurrence of each of ``rows`` (the earliest), in order. An order holds a row more than
     once when a mixture cycles a source within an epoch; each served copy removes one."""
+    return order[~taken_out(order, rows)] if len(rows) else order
+
+
+def taken_out(order: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Which positions of ``order`` :func:`without` removes for ``rows``: the earliest occurrence of each served
+    copy (a row served more often than the order holds it, a rank's padding, removes what there is)."""
     if not len(rows):
-        return order
+        return np.zeros(len(order), dtype=bool)
     if len(np.unique(order)) == len(order):
-        return order[~np.isin(order, rows)]
+        return np.isin(order, rows)
     values, counts = np.unique(rows, return_counts=True)
     by_value = np.argsort(order, kind="stable")
     ordered = order[by_value]
@@ -118,9 +124,9 @@ def without(order: np.ndarray, rows: np.ndarray) -> np.ndarray:
     found = np.searchsorted(values, ordered)
     found[found == len(values)] = 0
     served = np.where(values[found] == ordered, counts[found], 0)
-    keep = np.empty(len(order), dtype=bool)
-    keep[by_value] = occurrence >= served
-    return order[keep]
+    taken = np.empty(len(order), dtype=bool)
+    taken[by_value] = occurrence < served
+    return taken
 
 
 def pass_batches(sampler: ElasticSampler, epoch: int, segments: tuple[Segment, ...], *, num_replicas: int | None = None,

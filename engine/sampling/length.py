@@ -18,6 +18,7 @@ import torch
 
 from engine.core.checks import check_choice, check_int, check_rank
 from engine.core.rng import derive_seed
+from engine.sampling.balance import BalancedSteps, PaddedCost, check_balance
 from engine.sampling.base import EpochBatchSampler
 from engine.sampling.blocks import EpochOrder
 from engine.sampling.ranks import UNEVEN_POLICIES, deal_to_ranks, equalize_batch_counts
@@ -168,7 +169,7 @@ class LengthGroupedBatchSampler(_LengthAware):
         return self._shuffled(batches, epoch, rank)
 
 
-class TokenBudgetBatchSampler(_LengthAware):
+class TokenBudgetBatchSampler(BalancedSteps, _LengthAware):
     """Batches whose padded size (rows x longest row) stays within ``max_tokens``, shuffled every epoch.
 
     Rows are dealt out to ranks, then each rank packs its rows; since batch counts then differ, every rank
@@ -187,12 +188,19 @@ class TokenBudgetBatchSampler(_LengthAware):
         oversized: A row longer than ``max_tokens``: ``'error'`` raises at construction naming it, ``'alone'``
             gives it a batch of its own (the only batches allowed over budget).
         num_replicas, rank, uneven: As above.
+        balance: ``tokens``: every rank's batch keeps the budget; ``compute``: also, each step's rows are dealt
+            to its ranks so their estimated compute, ``rows * (L + attention_weight * L**2)`` for a batch padded
+            to ``L``, is about the same (:mod:`engine.sampling.balance`).
+        attention_weight: The cost of one ``L**2`` term in tokens' worth, for ``balance='compute'``.
     """
 
     def __init__(self, lengths: Any, max_tokens: int, *, seed: int = 0, mega_batch_factor: int = MEGA_BATCH_FACTOR,
                  max_batch_size: int | None = None, pad_to_multiple_of: int = 1, oversized: str = "error",
-                 num_replicas: int = 1, rank: int = 0, uneven: str = "pad", order: EpochOrder | None = None) -> None:
+                 num_replicas: int = 1, rank: int = 0, uneven: str = "pad", order: EpochOrder | None = None,
+                 balance: str = "tokens", attention_weight: float | None = None) -> None:
         max_tokens = check_int("max_tokens", max_tokens, minimum=1)
+        self.attention_weight = check_balance(balance, attention_weight)
+        self.balance = balance
         pad_to_multiple_of = check_int("pad_to_multiple_of", pad_to_multiple_of, minimum=1)
         if max_batch_size is not None:
             max_batch_size = check_int("max_batch_size", max_batch_size, minimum=1)
@@ -223,8 +231,8 @@ class TokenBudgetBatchSampler(_LengthAware):
         return self.mega_batch_factor * min(typical, self.max_batch_size or typical)
 
     def _options(self) -> tuple[Any, ...]:
-        return (*super()._options(), self.max_batch_size, self.pad_to_multiple_of, self.oversized, *self._windows())
-
+        return (*super()._options(), self.max_batch_size, self.pad_to_multiple_of, self.oversized, *self._windows(),
+                *self._balance_options())
 
     def _pack(self, rows: np.ndarray, max_tokens: int, runs: list[int] | None = None) -> list[list[int]]:
         """Greedy packing of each sorted mega-batch: longest first, so a batch's first row sets its width.
@@ -242,9 +250,30 @@ class TokenBudgetBatchSampler(_LengthAware):
 
     def batches_of(self, order: np.ndarray, epoch: int, num_replicas: int, rank: int,
                    per_rank_size: int) -> list[list[int]]:
-        """``rank``'s batches of ``order`` on ``num_replicas`` ranks with a budget of ``per_rank_size`` tokens."""
-        runs: list[int] = []
-        per_rank = [self._pack(order[r::num_replicas], per_rank_size, runs if r == rank else None)
-                    for r in range(num_replicas)]
-        mine = self._shuffled(per_rank[rank], epoch, rank, runs)
-        return mine if num_replicas == 1 else equalize_batch_counts(mine, per_rank, self.uneven)
+        """``rank``'s batches of ``order`` on ``num_replicas`` ranks with a budget of ``per_rank_size`` tokens
+        (under ``balance='compute'``: its batch of every balanced step)."""
+        if self.balance == "compute" and num_replicas > 1:
+            return [step[rank] for step in self.steps_of(order, epoch, num_replicas, per_rank_size)]
+        return self._rank_batches(order, epoch, num_replicas, per_rank_size, [rank])[0][0]
+
+    def _rank_batches(self, order: np.ndarray, epoch: int, num_replicas: int, per_rank_size: int,
+                      ranks: list[int]) -> tuple[list[list[list[int]]], int]:
+        """The batches of each of ``ranks`` (each rank packs the rows dealt to it and shuffles its batches, and
+        every rank gets as many, by ``uneven``), and the fewest batches a rank packed."""
+        runs: list[list[int]] = [[] for _ in range(num_replicas)]
+        per_rank = [self._pack(order[r::num_replicas], per_rank_size, runs[r]) for r in range(num_replicas)]
+        mine = [self._shuffled(per_rank[r], epoch, r, runs[r]) for r in ranks]
+        if num_replicas > 1:
+            mine = [equalize_batch_counts(one, per_rank, self.uneven) for one in mine]
+        return mine, min(len(batches) for batches in per_rank)
+
+    def plain_steps(self, order: np.ndarray, epoch: int, num_replicas: int,
+                    per_rank_size: int) -> tuple[list[list[list[int]]], int]:
+        """Every rank's batches, the ``k``-th of each making step ``k``; the steps before the first that repeats
+        (or drops) a batch are whole."""
+        per_rank, whole = self._rank_batches(order, epoch, num_replicas, per_rank_size, list(range(num_replicas)))
+        return [list(step) for step in zip(*per_rank)], whole
+
+    def cost_model(self, per_rank_size: int) -> PaddedCost:
+        """A rank's batch costs its padded rows, within ``per_rank_size`` padded tokens and ``max_batch_size``."""
+        return PaddedCost(self.costs, self.attention_weight or 0.0, per_rank_size, self.max_batch_size)

@@ -46,24 +46,20 @@ def resolve_batching(spec: Any, batching: str | None, max_tokens: int | None,
 
 
 def resolve_balance(spec: Any, balance: str | None, attention_weight: float | None, batching: str, *,
-                    stream: bool = False, mixture: bool = False) -> tuple[str, float | None]:
+                    stream: bool = False) -> tuple[str, float | None]:
     """``(balance, attention_weight)``: each from its keyword or ``spec.preprocessing_config`` (refused when the two
-    disagree), else ``'tokens'`` and None. ``'compute'`` is refused where it cannot hold: without packed batching
-    (a stream has none), with a mixture, or without a weight."""
+    disagree), else ``'tokens'`` and None. ``'compute'`` is refused where it cannot hold: without a token budget
+    (packed or token-budget batching; a stream has none), or without a weight."""
     balance, reason = keyword_or_spec("balance", balance, spec, default="tokens")
     attention_weight, _ = keyword_or_spec("attention_weight", attention_weight, spec)
     if balance == "compute" and stream:
         raise ValueError(f"balance='compute' ({reason}) deals each step's documents to ranks by their lengths, which a "
                          f"stream (datasets.IterableDataset) does not have up front; use a map-style Dataset with "
-                         f"batching='packed', or drop balance")
-    if balance == "compute" and batching != "packed":
-        raise ValueError(f"balance='compute' ({reason}) deals the documents of each step's packed sequences to ranks "
-                         f"by their cost, but batching={batching!r}; pass batching='packed' and max_tokens=..., or "
-                         f"drop balance")
-    if balance == "compute" and mixture:
-        raise ValueError(f"balance='compute' ({reason}) groups packed bins of like cost into steps, but a mixture's "
-                         f"steps hold each source at its share (mix=); drop balance with mix=, or train on one "
-                         f"dataset")
+                         f"batching='packed' or 'token_budget', or drop balance")
+    if balance == "compute" and batching not in BUDGET_MODES:
+        raise ValueError(f"balance='compute' ({reason}) deals the documents of each step's token-budget batches to "
+                         f"ranks by their cost, but batching={batching!r}; pass batching='packed' or 'token_budget' "
+                         f"and max_tokens=..., or drop balance")
     return balance, check_balance(balance, attention_weight)
 
 

@@ -13,14 +13,12 @@ exactly once per epoch.
 from __future__ import annotations
 
 import bisect
-import hashlib
 from typing import Any
 
 import numpy as np
 
 from engine.core.checks import check_int
-from engine.core.rng import derive_seed
-from engine.sampling.balance import balanced_steps, check_balance, document_costs, refine
+from engine.sampling.balance import BalancedSteps, SummedCost, check_balance, document_costs
 from engine.sampling.blocks import EpochOrder
 from engine.sampling.length import _LengthAware
 from engine.sampling.ranks import deal_to_ranks
@@ -50,7 +48,7 @@ def best_fit_decreasing(rows: np.ndarray, lengths: np.ndarray, capacity: int) ->
     return bins
 
 
-class PackedBatchSampler(_LengthAware):
+class PackedBatchSampler(BalancedSteps, _LengthAware):
     """Bins of whole rows with at most ``max_tokens`` tokens in all, a new seeded packing and order every epoch.
 
     Args:
@@ -85,7 +83,7 @@ class PackedBatchSampler(_LengthAware):
                  order: EpochOrder | None = None, balance: str = "tokens",
                  attention_weight: float | None = None) -> None:
         max_tokens = check_int("max_tokens", max_tokens, minimum=1)
-        self.attention_weight = check_balance(balance, attention_weight, order)
+        self.attention_weight = check_balance(balance, attention_weight)
         self.balance = balance
         if max_length is not None:
             max_length = check_int("max_length", max_length, minimum=1)
@@ -107,7 +105,6 @@ class PackedBatchSampler(_LengthAware):
                 f"spec's max_seq_len, the collator's max_length) or split them before packing"
             )
         self.costs = document_costs(self.lengths, self.attention_weight or 0.0)
-        self._steps: tuple[Any, list[list[list[int]]]] | None = None  # the last balanced epoch, for every rank
     per_rank_option = "max_tokens"
 
     @property
@@ -116,8 +113,7 @@ class PackedBatchSampler(_LengthAware):
         return self.max_tokens
 
     def _options(self) -> tuple[Any, ...]:  # not max_tokens: the base class checks the global budget on resume
-        balance = ("balance compute", self.attention_weight) if self.balance == "compute" else ()
-        return (*super()._options(), self.max_length, *self._windows(), *balance)
+        return (*super()._options(), self.max_length, *self._windows(), *self._balance_options())
 
     def pack(self, order: np.ndarray, max_tokens: int, runs: list[int] | None = None) -> list[list[int]]:
         """``order``'s rows in bins of at most ``max_tokens`` tokens: best-fit decreasing within windows of about
@@ -168,24 +164,20 @@ class PackedBatchSampler(_LengthAware):
         mine = deal_to_ranks(np.arange(len(bins)), num_replicas, rank, self.uneven)
         return [bins[number] for number in mine.tolist()]
 
-    def steps_of(self, order: np.ndarray, epoch: int, num_replicas: int, per_rank_size: int) -> list[list[list[int]]]:
-        """Every step of ``order`` on ``num_replicas`` ranks under ``balance='compute'``, a bin per rank: the bins
-        of whole steps grouped and refined by cost (:func:`~engine.sampling.balance.balanced_steps`), seeded by
-        (seed, epoch); the bins left over make the last step, with ``uneven='pad'``'s repeats of the first bins
-        (refined only, so repeats stay in the epoch's last step), or are left out with ``'drop'``. The last
-        order's steps are kept, since every rank's call (and an elastic resume's replay of each rank) asks for them."""
-        key = (epoch, num_replicas, per_rank_size, hashlib.blake2b(order.tobytes(), digest_size=16).digest())
-        if self._steps is None or self._steps[0] != key:
-            bins = self._bins(order, per_rank_size, epoch)
-            whole = len(bins) - len(bins) % num_replicas
-            rng = np.random.default_rng(derive_seed(self.seed, "balance", epoch))
-            steps = balanced_steps(bins[:whole], self.costs, self.lengths, num_replicas, per_rank_size,
-                                   self.mega_batch_factor, rng)
-            if whole < len(bins) and self.uneven == "pad":
-                last = [bins[n % len(bins)] for n in range(whole, whole + num_replicas)]
-                steps.append(refine(last, self.costs, self.lengths, per_rank_size))
-            self._steps = (key, steps)
-        return self._steps[1]
+    def plain_steps(self, order: np.ndarray, epoch: int, num_replicas: int,
+                    per_rank_size: int) -> tuple[list[list[list[int]]], int]:
+        """The bins of ``order`` dealt round robin as steps; the bins left over make the last step, with
+        ``uneven='pad'``'s repeats of the first bins, or are left out with ``'drop'``."""
+        bins = self._bins(order, per_rank_size, epoch)
+        whole = len(bins) - len(bins) % num_replicas
+        steps = [bins[start : start + num_replicas] for start in range(0, whole, num_replicas)]
+        if whole < len(bins) and self.uneven == "pad":
+            steps.append([bins[n % len(bins)] for n in range(whole, whole + num_replicas)])
+        return steps, whole // num_replicas
+
+    def cost_model(self, per_rank_size: int) -> SummedCost:
+        """A rank's packed sequence costs the sum of its documents' costs, within ``per_rank_size`` tokens."""
+        return SummedCost(self.lengths, self.costs, per_rank_size)
 
     def fill(self, epoch: int = 0) -> float:
         """Share of the token budget the bins of ``epoch`` use: tokens / (bins x ``max_tokens``), on all ranks."""

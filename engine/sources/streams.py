@@ -43,7 +43,7 @@ class EpochStream(IterableDataset):
             from datasets.distributed import split_dataset_by_node
 
             stream = split_dataset_by_node(stream, rank=rank, world_size=world_size)
-        self.stream, self.world_size = stream, world_size
+        self.stream, self.rank, self.world_size = stream, rank, world_size
         self._advance = False  # whether the next pass starts a new epoch
         self._resume: Any = None  # a copy of the stream that continues a saved pass
         self._current: Any = None  # the stream being iterated, whose position state_dict() reports

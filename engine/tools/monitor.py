@@ -3,9 +3,10 @@ of the process and workers.
 
 Use it around any loader (``for batch in monitor.wrap(loader)``) or as a Lightning callback
 (:class:`~engine.tools.monitor_callback.DataMonitorCallback`, in a module of its own so the monitor needs no
-Lightning). Waiting time is the time spent inside ``next()`` on the loader (and in the copy to the device, with
-``wrap(loader, device=...)``): the part of a training step lost to data. The engine's loaders time each batch's
-stages where they run, in workers too (:mod:`engine.core.stage_times`); the monitor reports their means per batch.
+Lightning). Waiting time is the time spent inside ``next()`` on the loader: the part of a training step lost to
+data; the copy to the device (``wrap(loader, device=...)``, or a data module's hooks in Lightning) is the
+``transfer`` stage, timed apart from it. The engine's loaders time each batch's stages where they run, in workers
+too (:mod:`engine.core.stage_times`); the monitor reports their means per batch.
 :meth:`DataMonitor.rank_waits` gathers every rank's wait into one table (:mod:`engine.tools.rank_waits`). Memory
 is the resident set size (psutil) of this process and of its child processes, which are the loader's workers (and
 any other children the process started).
@@ -14,7 +15,7 @@ any other children the process started).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -41,7 +42,7 @@ class MonitorStats:
     """Real tokens: ``attention_mask`` sum, else ``input_ids`` element count; 0 for batches without either."""
     elapsed_s: float
     wait_s: float
-    """Time spent inside ``next()`` on the loader."""
+    """Time spent inside ``next()`` on the loader (the transfer to the device left out: a stage of its own)."""
     batches_per_s: float
     samples_per_s: float
     tokens_per_s: float
@@ -56,8 +57,8 @@ class MonitorStats:
     peak_rss_mb: float
     """Largest process + children total seen."""
     stages_ms: dict[str, float] = field(default_factory=dict)
-    """Milliseconds per batch of each stage the loader timed (fetch, decode, collate; transfer with ``device=``),
-    where it ran (in a worker, that worker's time: it overlaps the step)."""
+    """Milliseconds per batch of each stage the loader timed (fetch, decode, collate; transfer with ``device=``
+    or in Lightning), where it ran (in a worker, that worker's time: it overlaps the step)."""
     ranks: RankWaits | None = None
     """Every rank's wait and stages, from ``stats(gather=True)``; None otherwise."""
 
@@ -148,10 +149,20 @@ class DataMonitor:
         the engine's loaders, and the Lightning callback for the trainer's train loader."""
         self._loader_times, self._since = stage_times, stage_times.snapshot()
 
-    def wrap(self, loader: Iterable[Any], *, device: torch.device | str | None = None) -> Iterator[Any]:
+    def wrap(self, loader: Iterable[Any], *, device: torch.device | str | None = None,
+             transfer: Callable[[Any, torch.device | str], Any] | None = None) -> Iterator[Any]:
         """Iterate ``loader``, timing each ``next()`` and recording each batch. With ``device``, each batch is
-        yielded moved there (:func:`~engine.tools.transfer.move_to_device`), the copy timed as the ``transfer``
-        stage and counted in the wait (the step waits for it; a CUDA copy is synchronized to be timed)."""
+        yielded as ``transfer(batch, device)`` makes it (by default :func:`~engine.tools.transfer.move_to_device`;
+        a data module's hooks with ``transfer=dm.transfer``), timed as the ``transfer`` stage and left out of the
+        wait (a CUDA copy is synchronized to be timed).
+
+        Raises:
+            ValueError: ``transfer`` without ``device`` (there is nowhere to copy to).
+        """
+        if transfer is not None and device is None:
+            raise ValueError("device should be given with transfer= (it copies each batch there), but got "
+                             "device=None; pass device=...")
+        transfer = transfer or move_to_device
         if isinstance(loader, TimesItsStages):
             self.watch(loader.stage_times)
         iterator = iter(loader)
@@ -163,13 +174,14 @@ class DataMonitor:
                 self.wait_s += time.perf_counter() - start
                 self.end_step(start)  # the last step ended when the loop asked for one more batch
                 return
+            copied, transfer_s = time.perf_counter(), 0.0
             if device is not None:
-                copied = time.perf_counter()
-                batch = move_to_device(batch, device)
+                batch = transfer(batch, device)
                 if torch.device(device).type == "cuda":
                     torch.cuda.synchronize(device)
-                self._transfer.add({"transfer": time.perf_counter() - copied})
-            self.record(batch, wait_s=time.perf_counter() - start)
+                transfer_s = time.perf_counter() - copied
+                self._transfer.add_stage("transfer", transfer_s)
+            self.record(batch, wait_s=copied - start, transfer_s=transfer_s)
             yield batch
 
     def stages_ms(self) -> dict[str, float]:
@@ -189,10 +201,11 @@ class DataMonitor:
         calls it (at report time; a few floats per rank over gloo). One process: this rank alone."""
         return gather_waits(self.rank_wait(), group)
 
-    def record(self, batch: Any, wait_s: float = 0.0) -> None:
-        """Count one batch that took ``wait_s`` seconds to arrive."""
+    def record(self, batch: Any, wait_s: float = 0.0, transfer_s: float = 0.0) -> None:
+        """Count one batch that took ``wait_s`` seconds to arrive, then ``transfer_s`` to reach the device (its step
+        starts where the wait did)."""
         samples, tokens, ones, positions = batch_counts(batch)
-        self._fetch_starts.append(time.perf_counter() - wait_s)
+        self._fetch_starts.append(time.perf_counter() - wait_s - transfer_s)
         self._waits.append(wait_s)
         self.batches += 1
         self.samples += samples

@@ -65,7 +65,7 @@ def summary_rows(dm: Any, *, shapes: bool = True) -> list[tuple[str, str]]:
 def loader_line(dm: Any) -> str:
     """The train loader's settings that are ``shown`` (:data:`engine.loading.settings.SETTINGS`): those marked
     'always', and those marked 'changed' where they differ from their default. Under a token budget, ``max_tokens``
-    stands for ``batch_size``, which does not size these batches (with packing balanced by compute, its weight)."""
+    stands for ``batch_size``, which does not size these batches (balanced by compute: its weight too)."""
     config, shown = dm.train_config, []
     for setting in LOADER_SETTINGS:
         value = getattr(config, setting.name)

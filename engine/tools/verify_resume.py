@@ -35,6 +35,7 @@ import torch
 
 from engine.core.checks import check_int
 from engine.core.compat import sampler_state_of
+from engine.core.stateful import readable_state
 from engine.sampling.modes import BUDGET_MODES
 
 Digest = dict[str, tuple[str, tuple[int, ...], str]]
@@ -277,7 +278,7 @@ def _elastic(dm: Any, per_rank: Callable[[int], dict[str, Any]], world: int, to_
         resuming = on_rank(twin(dm, **per_rank(to_world)), rank, to_world)
         resuming.load_state_dict(state)  # the module's checks of identity and position
         sampler = resuming.train_dataloader().batch_sampler
-        sampler.load_state_dict(sampler_state_of(state["train_loader"]))
+        sampler.load_state_dict(sampler_state_of(readable_state(state, resuming.state_leaf())["train_loader"]))
         rests.append([list(batch) for batch in _one_pass(sampler, None)])
         order = sampler.epoch_order(epoch)
         clean = on_rank(twin(dm, **per_rank(to_world)), rank, to_world).train_dataloader().batch_sampler

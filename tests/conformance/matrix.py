@@ -22,8 +22,11 @@ FULL = os.environ.get("CONFORMANCE", "").lower() == "full"
 BATCHING = {"plain": {}, "grouped": {"batching": "grouped"},
             "token_budget": {"batching": "token_budget", "max_tokens": 40},
             "packed": {"batching": "packed", "max_tokens": 40},
-            "packed_balanced": {"batching": "packed", "max_tokens": 40, "balance": "compute", "attention_weight": 0.05}}
-"""The batching modes; ``packed_balanced`` is packing whose steps are balanced across ranks by compute."""
+            "packed_balanced": {"batching": "packed", "max_tokens": 40, "balance": "compute", "attention_weight": 0.05},
+            "token_budget_balanced": {"batching": "token_budget", "max_tokens": 40, "balance": "compute",
+                                      "attention_weight": 0.05}}
+"""The batching modes; ``packed_balanced`` and ``token_budget_balanced`` are packing and token budgets whose steps
+are balanced across ranks by compute (refused, served and checked as their unbalanced modes are)."""
 LOADERS = {"workers0": {}, "fork2": {"num_workers": 2, "multiprocessing_context": "fork", "timeout": 60},
            "spawn2": {"num_workers": 2, "multiprocessing_context": "spawn", "timeout": 120},
            "threads2": {"num_threads": 2}}
@@ -60,16 +63,10 @@ IMAGES_NO_LENGTH = (r"batching='{}' plans each epoch from every row's length of 
                     r"have \((column 'image' is (struct|binary)|its rows hold encoded images there)")
 IMAGE_KINDS = ("image_folder", "shards_images", "shards_tar", "shards_tar_s3", "image_text_folder")
 """The kinds that hold images: an image folder, and the image-text sources (images handed over encoded)."""
-BALANCED_MIXTURE = (r"balance='compute' \(balance= was given\) groups packed bins of like cost into steps, but a "
-                    r"mixture's steps hold each source at its share")
-"""Packing balanced by compute is refused as packing is (the stream, images and raw-text refusals come first), and
-with a mixture."""
-
-
 def expectation(kind: str, rows: str, batching: str, loader: str = "workers0") -> Refusal | Bug | None:
     """What the engine does with a cell: serves it (None), refuses it (:class:`Refusal`) or gets it wrong
     (:class:`Bug`)."""
-    balanced, batching = batching == "packed_balanced", "packed" if batching == "packed_balanced" else batching
+    batching = batching.removesuffix("_balanced")
     if kind == "stream":
         if batching != "plain":
             return Refusal(ValueError, STREAM_BATCHING.format(batching))
@@ -81,8 +78,6 @@ def expectation(kind: str, rows: str, batching: str, loader: str = "workers0") -
         return Refusal(ValueError, IMAGES_NO_LENGTH.format(batching))
     if kind in ("torch", "user_sqlite") and rows == "text" and batching != "plain":
         return Refusal(ValueError, RAW_TEXT_LENGTHS.format(batching))
-    if kind == "mixture" and balanced:
-        return Refusal(ValueError, BALANCED_MIXTURE)
     return None
 
 

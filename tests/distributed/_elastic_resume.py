@@ -35,7 +35,7 @@ def save(rank, world, out, workers, steps):
     state = dm.state_dict()
     if rank == 0:
         torch.save(state, out / "state.pt")
-    return {"served": served, "sampler": sampler_state_of(state["train_loader"])}
+    return {"served": served, "sampler": sampler_state_of(dm.data_state()["train_loader"])}
 
 
 def resume(rank, world, state, workers):

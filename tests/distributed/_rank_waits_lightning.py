@@ -22,5 +22,6 @@ if __name__ == "__main__":
     table = callback.rank_waits
     report = {"rank": trainer.global_rank, "batches": callback.monitor.batches, "wait_s": callback.monitor.wait_s,
               "table": [[rank.rank, rank.batches, rank.wait_s] for rank in table.ranks],
-              "imbalance": table.imbalance, "logged": sorted(callback.last_logged)}
+              "imbalance": table.imbalance, "logged": sorted(callback.last_logged),
+              "transfer_ms": callback.monitor.stages_ms()["transfer"]}
     (out / f"rank{trainer.global_rank}.json").write_text(json.dumps(report))

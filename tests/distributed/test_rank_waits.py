@@ -43,4 +43,6 @@ def test_the_lightning_callback_gathers_both_ranks_at_the_end_of_the_epoch(tmp_p
         assert report["table"] == [[other["rank"], other["batches"], other["wait_s"]] for other in reports]
         assert report["imbalance"] == max(row[2] for row in report["table"]) / (
             sum(row[2] for row in report["table"]) / 2)
-        assert {"data/wait_imbalance", "data/stage_fetch_ms", "data/stage_collate_ms"} <= set(report["logged"])
+        assert {"data/wait_imbalance", "data/stage_fetch_ms", "data/stage_collate_ms",
+                "data/stage_transfer_ms"} <= set(report["logged"])
+        assert report["transfer_ms"] > 0  # each rank's copy to its device, a stage of its own

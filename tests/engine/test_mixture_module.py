@@ -64,6 +64,21 @@ def run(dm, steps):
     return out
 
 
+def documents(batch):
+    """``(source tag, row id)`` of each row of a batch (its lists), padded or packed (``[1, T]``, documents at
+    ``cu_seq_lens_q``)."""
+    if "cu_seq_lens_q" in batch:
+        return [(batch["input_ids"][0][start], row) for start, row in zip(batch["cu_seq_lens_q"], batch["row_id"])]
+    return [(ids[0], row) for ids, row in zip(batch["input_ids"], batch["row_id"])]
+
+
+def mixture_state(dm):
+    """The mixture's part of the train sampler's state in ``dm.data_state()`` (with workers: the loader's main
+    process snapshot)."""
+    loader = dm.data_state()["train_loader"]
+    return loader.get("_snapshot", {}).get("_main_snapshot", loader)["_index_sampler_state"]["mixture"]
+
+
 def counts(batch_rows):
     return {tag: sum(1 for source, _ in batch_rows if source == tag) for tag in (1, 2)}
 
@@ -113,7 +128,7 @@ def test_resume_continues_exactly_with_the_served_counts():
     reference = run(module(), 10)
     first = module()
     assert run(first, 4) == reference[:4]
-    state = pickle.loads(pickle.dumps(first.state_dict()))
+    state = pickle.loads(pickle.dumps(first.data_state()))
     resumed = module(workers=2)
     resumed.load_state_dict(state)
     assert run(resumed, 6) == reference[4:]
@@ -164,7 +179,7 @@ def test_a_schedule_switch_serves_the_new_weights_from_its_step():
 def test_a_state_of_another_mixture_is_refused_naming_what_changed():
     first = module()
     run(first, 3)
-    state = first.state_dict()
+    state = first.data_state()
     other = module({"web": 0.5, "code": 0.5})
     with pytest.raises(ValueError, match=r"another mixture \(weights: saved \{'web': 0.7, 'code': 0.3\}, now "
                                          r"\{'web': 0.5, 'code': 0.5\}\).*on_change='new_epoch'"):
@@ -175,7 +190,7 @@ def test_a_state_of_another_mixture_is_refused_naming_what_changed():
 def test_a_new_source_joins_from_the_next_epoch_keeping_the_served_counts():
     first = module()
     run(first, 3)
-    state = first.state_dict()
+    state = first.data_state()
     grown = module(Mixture({"web": 0.5, "code": 0.3, "books": 0.2}, on_change="new_epoch"),
                    data=sources(books=50))
     grown.load_state_dict(state)
@@ -198,7 +213,7 @@ def test_val_split_cuts_every_source():
 def test_a_state_saved_with_another_val_split_is_refused_naming_it():
     dm = module(val_split=0.1)
     run(dm, 2)
-    state = dm.state_dict()
+    state = dm.data_state()
     with pytest.raises(ValueError, match=r"split of the mixture's sources \['code', 'web'\] differs .*val_split or "
                                          r"test_split changed.*Resume with the val_split and test_split of the saved"):
         module(val_split=0.2).load_state_dict(state)
@@ -208,7 +223,7 @@ def test_a_state_saved_with_another_val_split_is_refused_naming_it():
 def test_a_state_saved_with_another_mixture_split_is_refused_but_a_new_source_joins():
     dm = module(val_split=2)
     run(dm, 2)
-    state = dm.state_dict()
+    state = dm.data_state()
     joined = module(Mixture({"web": 1, "code": 1, "books": 1}, on_change="new_epoch"), data=sources(books=20),
                     val_split=2)
     joined.load_state_dict(state)  # the splits of the sources both have are compared, by name
@@ -217,7 +232,7 @@ def test_a_state_saved_with_another_mixture_split_is_refused_but_a_new_source_jo
 def test_a_new_mixture_goes_on_in_the_saved_epoch_at_any_number_of_workers():
     first = module()
     before = run(first, 3)
-    state = pickle.loads(pickle.dumps(first.state_dict()))
+    state = pickle.loads(pickle.dumps(first.data_state()))
     mix = Mixture({"web": 0.4, "code": 0.2, "books": 0.4}, samples_per_epoch=100, on_change="continue")
     rests = []
     for workers in (0, 2):
@@ -236,9 +251,37 @@ def test_a_new_mixture_goes_on_in_the_saved_epoch_at_any_number_of_workers():
                                                                                       "books": 28}
 
 
-def test_going_on_in_the_saved_epoch_needs_plain_batching():
-    with pytest.raises(ValueError, match="on_change='continue'.*batching='plain' only.*batching='grouped'"):
-        module(Mixture({"web": 1, "code": 1}, on_change="continue"), batching="grouped")
+@pytest.mark.parametrize("batching", ["grouped", "token_budget", "packed"])
+def test_every_batching_mode_goes_on_in_the_saved_epoch_with_the_same_batches_at_any_number_of_workers(batching):
+    options = {"batching": batching, "batch_size": 10} if batching == "grouped" else {
+        "batching": batching, "max_tokens": 40}
+    first = module(**options)
+    loader = first.train_dataloader()
+    before = [{key: value.tolist() if torch.is_tensor(value) else value for key, value in batch.items()}
+              for _, batch in zip(range(3), loader)]
+    state = pickle.loads(pickle.dumps(first.state_dict()))
+    served_before = mixture_state(first)["served"]
+    mix = Mixture({"web": 0.4, "code": 0.2, "books": 0.4}, samples_per_epoch=100, on_change="continue")
+    rests, states = [], []
+    for workers in (0, 2):
+        changed = module(mix, workers=workers, data=sources(books=50), **options)
+        changed.load_state_dict(state)
+        loader = changed.train_dataloader()
+        batches = iter(loader)
+        rest = [next(batches), next(batches)]  # the state is loaded as the pass starts
+        steps = len(loader)
+        states.append(mixture_state(changed))
+        rest += list(batches)  # the rest of epoch 0
+        assert steps == 3 + len(rest)  # the epoch's steps count those served before the change
+        rests.append([{key: value.tolist() if torch.is_tensor(value) else value for key, value in batch.items()}
+                      for batch in rest])
+    assert rests[0] == rests[1] and states[0] == states[1]
+    epoch = [row for batch in before + rests[0] for row in documents(batch)]
+    assert len(epoch) == len(set(epoch)) == 100  # no row of the epoch twice, and its 100 rows
+    after = [row for batch in rests[0][:2] for row in documents(batch)]
+    served = states[0]["served"]  # counted on from the saved counts, by source name
+    assert {name: rows for name, (rows, _) in served.items()} == {
+        name: served_before.get(name, [0, 0])[0] + sum(tag == TAGS[name] for tag, _ in after) for name in TAGS}
 
 
 def test_shuffle_false_with_a_mixture_is_refused_at_construction():
@@ -501,7 +544,7 @@ def test_a_row_that_fails_to_read_is_left_out_and_named_by_its_source():
     rows = [row for batch in dm.train_dataloader() for row in served(batch)]
     assert (2, 3) not in rows and len(rows) == 39
     assert [(record.split, record.index) for record in dm.skipped.records] == [("train 'code'", 3)]
-    assert dm.state_dict()["skipped_rows"] == 1  # counted in the train split, and so carried by a checkpoint
+    assert dm.data_state()["skipped_rows"] == 1  # counted in the train split, and so carried by a checkpoint
 
 
 def random_bit(row, generator):
@@ -533,11 +576,11 @@ def test_the_served_counts_leave_out_the_rows_on_error_skipped():
     code = [row for tag, row in rows if tag == 2]
     expected = [len(code), sum(2 + row % 5 for row in code)]
     assert 3 not in code
-    assert dm.state_dict()["train_loader"]["_index_sampler_state"]["mixture"]["served"]["code"] == expected
+    assert dm.data_state()["train_loader"]["_index_sampler_state"]["mixture"]["served"]["code"] == expected
     numbers = dm.report().numbers["mixture"]["sources"]["code"]
     assert [numbers["rows"], numbers["tokens"]] == expected  # the row left out was counted as served
     resumed = skipping()
-    resumed.load_state_dict(dm.state_dict())
+    resumed.load_state_dict(dm.data_state())
     assert resumed.report().numbers["mixture"]["sources"]["code"]["rows"] == expected[0]  # carried by a checkpoint
 
 
@@ -591,7 +634,7 @@ def test_resuming_plans_the_same_epochs_whatever_the_epoch_number(monkeypatch):
             list(loader)
         batches = iter(loader)
         next(batches)
-        state, expected = dm.state_dict(), next(batches)
+        state, expected = dm.data_state(), next(batches)
         walked = []
         monkeypatch.setattr(order_module, "walk", lambda *args: walked.append(args[1]) or walk(*args))
         resumed = module({"web": 0.7, "code": 0.3}, data=sources(web=40, code=30))
@@ -627,7 +670,7 @@ def test_a_row_that_fails_to_collate_is_left_out_named_by_its_source_and_not_cou
     assert (2, 3) not in rows and len(rows) == 39 and len(set(rows)) == 39
     assert [(record.split, record.index) for record in dm.skipped.records] == [("train 'code'", 3)]
     code = [row for tag, row in rows if tag == 2]
-    assert dm.state_dict()["train_loader"]["_index_sampler_state"]["mixture"]["served"]["code"][0] == len(code)
+    assert dm.data_state()["train_loader"]["_index_sampler_state"]["mixture"]["served"]["code"][0] == len(code)
     with pytest.raises(TypeError, match=r"row 3 of the train data's source 'code'"):  # on_error='raise' names it
         list(module({"web": 0.5, "code": 0.5}, data={"web": Tagged(1, 20), "code": BadValue(2, 20)},
                     batch_size=8).train_dataloader())

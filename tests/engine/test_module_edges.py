@@ -62,7 +62,7 @@ class TestIntegers:
         dm = UniversalDataModule(ROWS, task_spec=TaskSpec.lm_tiny(), batch_size=np.int64(4), seed=np.int32(3),
                                  num_workers=np.int64(0))
         assert [len(batch["input_ids"]) for batch in dm.train_dataloader()] == [4] * 5
-        assert type(dm.train_config.batch_size) is int and dm.state_dict()["batch_size"] == 4
+        assert type(dm.train_config.batch_size) is int and dm.data_state()["batch_size"] == 4
         assert type(DataLoaderConfig(batch_size=np.int16(2)).batch_size) is int
 
     @pytest.mark.parametrize(("options", "error", "message"), [
@@ -98,7 +98,7 @@ class TestThreads:
         assert calls == {"setup": 1, "loader": 1}
         assert all(loader is loaders[0] for loader in loaders) and dm.train_dataloader() is loaders[0]
         next(iter(loaders[0]))
-        assert dm.state_dict()["train_loader"] == loaders[0].state_dict()  # the module tracks the loader handed out
+        assert dm.data_state()["train_loader"] == loaders[0].data_state()  # the module tracks the loader handed out
 
     def test_the_module_still_pickles(self):
         dm = UniversalDataModule(ROWS, task_spec=TaskSpec.lm_tiny(), batch_size=4)

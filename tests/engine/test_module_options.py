@@ -6,7 +6,7 @@ import torch
 from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
-from engine import UniversalDataModule
+from engine import DataModule, UniversalDataModule
 from task_spec import TaskSpec
 
 
@@ -68,6 +68,18 @@ class TestDeviceNormalize:
         reference = v2.Compose([v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std)])
         expected = torch.stack([reference(Images()[i]["pixel_values"]) for i in range(8)])
         assert torch.allclose(finished, expected, atol=1e-6)
+
+    def test_a_plain_loop_transfers_through_the_same_hooks(self):
+        dm = DataModule(Images(), task_spec=TaskSpec.vision_tiny(), batch_size=8, shuffle=False,
+                        device_normalize=True)
+        batch = next(iter(dm.train_dataloader()))
+        moved = dm.transfer(batch, "cpu")
+        assert batch["pixel_values"].dtype == torch.uint8  # the caller's batch is not changed
+        assert moved["pixel_values"].dtype == torch.float32 and moved["labels"] is batch["labels"]
+        assert torch.equal(moved["pixel_values"], dm.device_normalize(batch)["pixel_values"])
+        plain = DataModule([torch.arange(5)] * 8, task_spec=TaskSpec.lm_tiny(), batch_size=4)
+        tokens = next(iter(plain.train_dataloader()))
+        assert all(plain.transfer(tokens, "cpu")[key] is tokens[key] for key in tokens)  # no hook: only the move
 
     def test_through_lightning(self):
         seen = []

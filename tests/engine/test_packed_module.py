@@ -104,7 +104,7 @@ class TestReproducible:
         first = module(workers)
         assert run(first, 3) == reference[:3]
         resumed = module(workers)
-        resumed.load_state_dict(pickle.loads(pickle.dumps(first.state_dict())))
+        resumed.load_state_dict(pickle.loads(pickle.dumps(first.data_state())))
         assert run(resumed, 9) == reference[3:]
 
     @pytest.mark.parametrize("workers", [0, 2])
@@ -112,14 +112,14 @@ class TestReproducible:
         reference = epochs(module(workers), 3)
         first = module(workers)
         assert epochs(first, 1) == reference[:1]
-        state = pickle.loads(pickle.dumps(first.state_dict()))
+        state = pickle.loads(pickle.dumps(first.data_state()))
         assert state["epoch"] == 1
         resumed = module(workers)
         resumed.load_state_dict(state)
         assert epochs(resumed, 2) == reference[1:]
 
     def test_a_state_from_another_budget_is_refused(self):
-        state = module().state_dict()
+        state = module().data_state()
         with pytest.raises(ValueError, match="max_tokens"):
             module(max_tokens=256).load_state_dict(state)
 

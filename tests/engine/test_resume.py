@@ -55,7 +55,7 @@ class TestPlainLoop:
         reference = run(module(workers, batching=batching), total)
         first = module(workers, batching=batching)
         assert run(first, stop) == reference[:stop]
-        state = pickle.loads(pickle.dumps(first.state_dict()))
+        state = pickle.loads(pickle.dumps(first.data_state()))
         resumed = module(workers, batching=batching)
         resumed.load_state_dict(state)
         assert run(resumed, total - stop) == reference[stop:]
@@ -69,7 +69,7 @@ class TestPlainLoop:
         dm = module()
         stale = iter(dm.train_dataloader())
         next(stale)
-        saved = dm.state_dict()
+        saved = dm.data_state()
         dm.load_state_dict(saved)
         with pytest.raises(RuntimeError, match=r"load_state_dict\(\) replaced this train loader"):
             for _ in stale:
@@ -77,7 +77,7 @@ class TestPlainLoop:
         assert run(dm, 2) == run(module(), 3)[1:]
 
     def test_loading_does_not_start_workers_on_a_loader_that_was_never_iterated(self):
-        state = module(2).state_dict()
+        state = module(2).data_state()
         dm = module(2)
         unused = dm.train_dataloader()
         dm.load_state_dict(state)
@@ -85,7 +85,7 @@ class TestPlainLoop:
 
     def test_state_survives_a_round_trip_through_state_dict_before_any_batch(self):
         dm = module()
-        state = dm.state_dict()
+        state = dm.data_state()
         resumed = module()
         resumed.load_state_dict(state)
         assert run(resumed, 4) == run(module(), 4)
@@ -99,7 +99,7 @@ class TestMismatch:
         (dict(val_split=6), "split_fingerprint"),
     ])
     def test_state_from_other_data_is_refused(self, change, field):
-        state = module().state_dict()
+        state = module().data_state()
         with pytest.raises(ValueError, match=f"does not match this data module: {field} was"):
             module(**change).load_state_dict(state)
 
@@ -111,11 +111,11 @@ class TestMismatch:
             def __getitem__(self, index):
                 return {"input_ids": torch.randint(2, 600, (5,))}  # different on every read
 
-        state = module(data=Augmented(), val_split=0).state_dict()
+        state = module(data=Augmented(), val_split=0).data_state()
         module(data=Augmented(), val_split=0).load_state_dict(state)
 
     def test_state_from_another_engine_version_is_refused(self):
-        state = module().state_dict()
+        state = module().data_state()
         state["version"] = 0
         with pytest.raises(ValueError, match="has version 0, but this engine writes version"):
             module().load_state_dict(state)
@@ -130,11 +130,11 @@ class TestDrawnSeed:
         first = module(workers, seed=None)
         assert isinstance(first.seed, int) and 0 <= first.seed < 2**31
         assert first.train_dataloader().batch_sampler.seed == first.seed
-        assert first.state_dict()["seed"] == first.seed and first.hparams["seed"] == first.seed
+        assert first.data_state()["seed"] == first.seed and first.hparams["seed"] == first.seed
         reference = run(module(workers, seed=first.seed), 8)
         assert run(first, 3) == reference[:3]
         resumed = module(workers, seed=first.hparams["seed"])
-        resumed.load_state_dict(pickle.loads(pickle.dumps(first.state_dict())))
+        resumed.load_state_dict(pickle.loads(pickle.dumps(first.data_state())))
         assert run(resumed, 5) == reference[3:]
 
     def test_the_seed_is_drawn_with_secrets(self, monkeypatch):

@@ -29,7 +29,7 @@ class TestAfterACompletedEpoch:
         reference = epochs(module(workers, **options), 3)
         first = module(workers, **options)
         assert epochs(first, 1) == reference[:1]
-        state = pickle.loads(pickle.dumps(first.state_dict()))
+        state = pickle.loads(pickle.dumps(first.data_state()))
         assert state["epoch"] == 1
         resumed = module(workers, **options)
         resumed.load_state_dict(state)
@@ -46,7 +46,7 @@ class TestAfterACompletedEpoch:
             if len(seen) == 8:
                 break
         resumed = module(workers)
-        resumed.load_state_dict(first.state_dict())
+        resumed.load_state_dict(first.data_state())
         rest = [fingerprint(batch) for batch in resumed.train_dataloader()]
         rest += [fingerprint(batch) for batch in resumed.train_dataloader()]
         assert seen + rest == reference
@@ -77,7 +77,7 @@ class TestLightningExtendsARun:
         stopped = trainer(max_steps=2)
         stopped.fit(first, datamodule=dm)
         assert first.seen == full.seen[:2]
-        assert dm.state_dict()["train_loader"] is not None
+        assert dm.data_state()["train_loader"] is not None
         stopped.save_checkpoint(tmp_path / "two.ckpt")
         for steps in (4, 9):  # inside the saved epoch, and on into the next one
             extended = Recorder()
@@ -100,7 +100,7 @@ class TestLightningExtendsARun:
     def test_the_same_module_keeps_its_position_after_fit_ends(self):
         dm = module(2)
         trainer(max_steps=2).fit(Recorder(), datamodule=dm)
-        state = dm.state_dict()  # Lightning dropped the loader's iterator at the end of fit
+        state = dm.data_state()  # Lightning dropped the loader's iterator at the end of fit
         resumed = module(2)
         resumed.load_state_dict(state)
         full = Recorder()
@@ -121,14 +121,14 @@ class TestChangedSettings:
     def test_a_state_from_other_batching_options_is_refused_naming_the_field(self, saved, now, field):
         first = module(**saved)
         next(iter(first.train_dataloader()))
-        state = first.state_dict()
+        state = first.data_state()
         with pytest.raises(ValueError, match=f"{field} was .* when saved and is .* now .* Resume with {field}="):
             module(**now).load_state_dict(state)
 
     def test_eval_batch_size_and_collator_options_do_not_block_resume(self):
         first = module()
         next(iter(first.train_dataloader()))
-        module(eval_batch_size=3).load_state_dict(first.state_dict())
+        module(eval_batch_size=3).load_state_dict(first.data_state())
 
 
 class TestLoadedStateIsChecked:
@@ -137,7 +137,7 @@ class TestLoadedStateIsChecked:
             module().load_state_dict("abc")
 
     def test_a_state_without_its_loader_part_is_refused(self):
-        state = module().state_dict()
+        state = module().data_state()
         del state["train_loader"]
         with pytest.raises(ValueError, match=r"missing \['train_loader'\]"):
             module().load_state_dict(state)
@@ -150,25 +150,25 @@ class TestLoadedStateIsChecked:
     def test_a_position_out_of_range_is_refused_at_load(self, position, error, message):
         dm = module()
         next(iter(dm.train_dataloader()))
-        state = dm.state_dict()
+        state = dm.data_state()
         state["train_loader"]["_index_sampler_state"]["position"] = position
         with pytest.raises(error, match=message):
             module().load_state_dict(state)
 
     def test_a_negative_epoch_is_refused(self):
-        state = module().state_dict()
+        state = module().data_state()
         state["epoch"] = -1
         with pytest.raises(ValueError, match="non-negative integer epoch, but got epoch=-1"):
             module().load_state_dict(state)
 
     def test_a_loader_part_of_the_wrong_type_is_refused(self):
-        state = module().state_dict()
+        state = module().data_state()
         state["train_loader"] = [1, 2]
         with pytest.raises(TypeError, match="train loader's state dict .* but got list"):
             module().load_state_dict(state)
 
     def test_a_state_saved_before_training_resumes_at_the_start(self):
-        state = module().state_dict()
+        state = module().data_state()
         resumed = module()
         resumed.load_state_dict(state)
         assert epochs(resumed, 1) == epochs(module(), 1)

@@ -13,13 +13,19 @@ served; a source capped at ``k`` passes starts fresh each epoch and stops after 
 stops takes its last rows and the other sources fill the rest of the block at their weights.
 
 A checkpoint of another mixture, taken over with ``on_change='continue'``, makes its epoch's rest an epoch of its
-own here: under plain batching the rows served after ``k`` steps are the first ``k`` blocks, so each source's rows
-served are its first draws, and the state says how many (``taken``). The rest starts each kept source's draws after
-those, a new source's at its first, and counts the rows and steps served before towards the epoch's.
+own here. The state says which draws of each source the epoch served (``taken``): how many of its first draws all
+were, and the numbers of the later ones served too. Under plain batching the rows served after ``k`` steps are the
+first ``k`` blocks, so there are none; grouped, token-budget and packed batching cut the order in windows (sorted by
+length, packed), so a step serves rows from anywhere in its window, and those served ahead of the first unserved
+draw are named (at most a window's rows). The rest starts each kept source's draws after its first unserved one,
+passing over those named, a new source's at its first, and counts the rows and steps served before towards the
+epoch's. The draws passed over are kept in the state while they lie ahead (``epoch_start``'s ``skipped``), so a
+resume rebuilds the same order and a cycling source's next epoch does not draw them again in their pass.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,9 +49,6 @@ class MixtureOrder:
         lengths: Each source's row lengths (tokens), for ``by='tokens'`` and for token counts; None: rows only.
         within: Each source's order of a pass, for sharded sources their block order (reads stay local); None
             (or a None entry): a seeded permutation.
-        served_prefix: Whether the rows served after ``k`` steps are the first ``k`` blocks of the order (plain
-            batching), so a state can say how many draws of each source its epoch served, which
-            ``on_change='continue'`` goes on from.
     """
 
     always = True
@@ -54,9 +57,9 @@ class MixtureOrder:
     """Epochs may differ in length (a schedule, a source that stops): samplers count each epoch's batches."""
 
     def __init__(self, mixture: Mixture, sizes: Sequence[int], *, block: int, seed: int,
-                 lengths: Sequence[np.ndarray] | None = None, within: Sequence[BlockOrder | None] | None = None,
-                 served_prefix: bool = False) -> None:
-        self.mixture, self.block, self.seed, self.served_prefix = mixture, int(block), seed, served_prefix
+                 lengths: Sequence[np.ndarray] | None = None, within: Sequence[BlockOrder | None] | None = None
+                 ) -> None:
+        self.mixture, self.block, self.seed = mixture, int(block), seed
         self.within = list(within) if within is not None else [None] * len(sizes)
         self.sizes = np.asarray(sizes, dtype=np.int64)
         self.offsets = np.r_[0, np.cumsum(self.sizes)].astype(np.int64)
@@ -74,17 +77,19 @@ class MixtureOrder:
         self._drawn: tuple[tuple[int, tuple[int, ...]], list[Draws]] | None = None
         """The latest draws made, by (epoch, starts): those of the plan that :meth:`order` turns into rows."""
         self.meter = ServedMeter(self)
-        self._origin: tuple[int, int, tuple[int, ...] | None, int, int, dict[str, int]] = (0, 0, None, 0, 0, {})
+        self._origin: tuple[int, int, tuple[int, ...] | None, int, int, dict[str, int], dict[str, tuple[int, ...]]] \
+            = (0, 0, None, 0, 0, {}, {})
         """(epoch, step, each source's first draw, rows and steps of the epoch before that step, the draws of the
-        epoch's sources that this mixture left out) this mixture's epochs start from: (0, 0, None: fresh, 0, 0,
-        {}), where a checkpoint of another mixture handed over
-        (``on_change='new_epoch'``: its next epoch; ``'continue'``: the rest of its epoch), or the start of a
-        loaded state's epoch (:meth:`anchor`: a resume plans its own epoch only, whatever its number)."""
+        epoch's sources that this mixture left out, each source's draws after its first already served) this
+        mixture's epochs start from: (0, 0, None: fresh, 0, 0, {}, {}), where a checkpoint of another mixture
+        handed over (``on_change='new_epoch'``: its next epoch; ``'continue'``: the rest of its epoch), or the
+        start of a loaded state's epoch (:meth:`anchor`: a resume plans its own epoch only, whatever its number)."""
         self.history: list[tuple[int, dict[str, Any]]] = []
         """The mixtures served before this one, each with the step it ended at (a checkpoint of another mixture
         loaded with ``on_change='continue'`` or ``'new_epoch'``), for the report's weights by step."""
-        self._taken: tuple[int, np.ndarray] | None = None
-        """(epoch, each source's draws after each step of it): the cumulative counts :meth:`saved` reads."""
+        self._skips: dict[int, tuple[np.ndarray, ...]] = {}
+        """Per planned epoch, each source's draws after its first not to draw (served before, see
+        :meth:`skips`)."""
         self._expected_before = np.zeros(len(self.sizes))
         """Rows counted as on target before the origin: what another mixture served, or the epochs before."""
         self._start: dict[str, Any] | None = None
@@ -97,32 +102,52 @@ class MixtureOrder:
         epoch = sampler._pass.epoch
         if self._start is None or self._start["epoch"] != epoch:  # once an epoch: a state is saved every few steps
             plan = self.plan(epoch)
-            rows_before, steps_before, left_out = self._origin[3:] if epoch == self._origin[0] else (0, 0, {})
+            rows_before, steps_before, left_out, left_skips = self._origin[3:] if epoch == self._origin[0] \
+                else (0, 0, {}, {})
+            skipped = {**{name: list(skip) for name, skip in left_skips.items() if name not in self.mixture.names},
+                       **{name: skip.tolist() for name, skip in zip(self.mixture.names, self.skips(epoch))
+                          if len(skip)}}
             self._start = {"epoch": int(epoch), "step": int(plan.start_step),
                            "starts": [int(one) for one in plan.starts],
                            "expected": [float(one) for one in self._expected_rows(epoch, 0)],
-                           "rows": int(rows_before), "steps": int(steps_before), "left_out": dict(left_out)}
+                           "rows": int(rows_before), "steps": int(steps_before), "left_out": dict(left_out),
+                           **({"skipped": skipped} if skipped else {})}
         start = {**self._start, "starts": list(self._start["starts"]), "expected": list(self._start["expected"]),
                  "left_out": dict(self._start["left_out"])}
-        state = {"declared": self.mixture.describe(), "names": list(self.mixture.names), "step": self.step(sampler),
-                 "served": {name: [int(served[0, s]), int(served[1, s])] for s, name in enumerate(self.mixture.names)},
-                 "epoch_start": start, "history": [[step, dict(declared)] for step, declared in self.history]}
-        if self.served_prefix:
-            state["taken"] = self._taken_at(epoch, sum(position for _, position in sampler._pass.served)
-                                            + sampler._pass.position)
-        return state
+        if "skipped" in start:
+            start["skipped"] = {name: list(skip) for name, skip in start["skipped"].items()}
+        return {"declared": self.mixture.describe(), "names": list(self.mixture.names), "step": self.step(sampler),
+                "served": {name: [int(served[0, s]), int(served[1, s])] for s, name in enumerate(self.mixture.names)},
+                "epoch_start": start, "history": [[step, dict(declared)] for step, declared in self.history],
+                "taken": self._taken(sampler)}
 
-    def _taken_at(self, epoch: int, steps: int) -> dict[str, Any]:
-        """The draws of each source in the first ``steps`` steps (blocks) of ``epoch``'s plan, and whether those
-        steps are all of it: what ``on_change='continue'`` goes on from (:attr:`served_prefix`)."""
-        if self._taken is None or self._taken[0] != epoch:
-            counts = self.plan(epoch).counts
-            self._taken = (epoch, np.vstack([np.zeros((1, counts.shape[1]), dtype=np.int64),
-                                             np.cumsum(counts, axis=0)]))
-        running = self._taken[1]
-        steps = min(steps, len(running) - 1)
-        return {"steps": int(steps), "rows": [int(one) for one in running[steps]],
-                "ended": bool(steps == len(running) - 1)}
+    def _taken(self, sampler: Any) -> dict[str, Any]:
+        """What ``on_change='continue'`` goes on from: the steps of the epoch served (all ranks, every part),
+        whether they are all of it, and each source's draws served, in the numbers of its stream of draws: all
+        draws from the epoch's first up to ``rows`` past it, and (``skipped``, only where there are some) the
+        later ones served too, the order's windows having served them ahead (see the module's docstring)."""
+        state = sampler._pass
+        epoch = state.epoch
+        plan = self.plan(epoch)
+        rows, skipped = [], {}
+        for name, start, skip, (first, later) in zip(self.mixture.names, plan.starts, self.skips(epoch),
+                                                     self.meter.drawn(sampler)):
+            following = int(_stream(start, skip, np.asarray([first]))[0])  # the first draw not served
+            ahead = np.sort(np.concatenate([_stream(start, skip, later), skip[skip > following]]),
+                            kind="stable")  # two increasing runs, apart: merged
+            rows.append(following - int(start))
+            if len(ahead):
+                skipped[name] = ahead.tolist()
+        steps = sum(position for _, position in state.served) + state.position
+        ended = state.position >= len(sampler._batches(epoch, state.served))
+        return {"steps": int(steps), "rows": rows, "ended": bool(ended), **({"skipped": skipped} if skipped else {})}
+
+    def skips(self, epoch: int) -> tuple[np.ndarray, ...]:
+        """Each source's draws of ``epoch``, after its first, served before in the epoch (another mixture's,
+        ``on_change='continue'``) or in the pass (a cycling source's draws passed over the epoch before):
+        numbers in its stream of draws that the epoch's draws pass over."""
+        self.plan(epoch)
+        return self._skips[epoch]
 
     def anchor(self, saved: Any) -> Any:
         """Start this mixture's epochs where a loaded state's epoch starts (its ``epoch_start``), so resuming at
@@ -139,27 +164,37 @@ class MixtureOrder:
                     isinstance(one, (int, float)) and not isinstance(one, bool) and np.isfinite(one) and one >= 0
                     for one in start["expected"]) \
                 or not all(_is_count(start.get(key, 0)) for key in ("rows", "steps")) \
-                or not _is_draws(start.get("left_out", {})):
+                or not _is_draws(start.get("left_out", {})) or not _is_skipped(start.get("skipped", {})):
             raise ValueError(f"sampler state's mixture epoch_start should be {{'epoch', 'step': integers >= 0, "
                              f"'starts': {sources} integers >= 0, 'expected': {sources} numbers >= 0, 'rows', "
-                             f"'steps': integers >= 0, 'left_out': {{source name: integer >= 0}}}}, but got "
-                             f"{start!r}; the state was not saved by this engine")
+                             f"'steps': integers >= 0, 'left_out': {{source name: integer >= 0}}, 'skipped' "
+                             f"(optional): {{source name: increasing integers >= 0}}}}, but got {start!r:.300}; the "
+                             f"state was not saved by this engine")
+        skipped = start.get("skipped", {})
+        if any(name in skipped and skipped[name][0] <= first for name, first in zip(self.mixture.names,
+                                                                                    start["starts"])):
+            raise ValueError(f"sampler state's mixture epoch_start skipped should name draws after each source's "
+                             f"first of the epoch {start['starts']}, but got skipped={skipped!r:.200}; the state was "
+                             f"not saved by this engine")
         history = _checked_history(saved.get("history", []))
         if start["epoch"] < self._origin[0]:
             return None
-        undo = (self._origin, self._expected_before, self._plans, self._orders, self._epoch_expected, self.history)
+        undo = (self._origin, self._expected_before, self._plans, self._orders, self._epoch_expected, self.history,
+                self._skips)
         self._origin = (start["epoch"], start["step"], tuple(start["starts"]), start.get("rows", 0),
-                        start.get("steps", 0), dict(start.get("left_out", {})))
+                        start.get("steps", 0), dict(start.get("left_out", {})),
+                        {name: tuple(skip) for name, skip in start.get("skipped", {}).items()})
         self._expected_before = np.asarray(start["expected"], dtype=np.float64)
-        self._plans, self._orders, self._epoch_expected, self._start, self._taken = {}, {}, {}, None, None
+        self._plans, self._orders, self._epoch_expected, self._start, self._skips = {}, {}, {}, None, {}
         self.history = history
         return undo
 
     def unanchor(self, undo: Any) -> None:
         """Put back what :meth:`anchor` replaced (the state it anchored on was refused)."""
         if undo is not None:
-            self._origin, self._expected_before, self._plans, self._orders, self._epoch_expected, self.history = undo
-            self._start, self._taken = None, None
+            (self._origin, self._expected_before, self._plans, self._orders, self._epoch_expected, self.history,
+             self._skips) = undo
+            self._start = None
 
     def steps_before(self, epoch: int) -> int:
         """Steps of ``epoch`` served under another mixture before this one went on with it
@@ -214,10 +249,6 @@ class MixtureOrder:
     def _check_continuable(self, saved: dict[str, Any]) -> None:
         """Refuse to go on in the epoch of a state that does not say what it served, or whose sources keep their
         draws under another rule (cycling against stopping: their passes are numbered otherwise)."""
-        if not self.served_prefix:
-            raise ValueError("Mixture(on_change='continue') goes on with the rows of the saved epoch not served yet, "
-                             "which it knows under batching='plain' only; use batching='plain', or "
-                             "on_change='new_epoch'")
         names = saved["names"]
         taken, start = saved.get("taken"), saved.get("epoch_start")
         if not isinstance(names, list) or not all(isinstance(name, str) for name in names) \
@@ -227,11 +258,16 @@ class MixtureOrder:
                 or not isinstance(start, dict) or not isinstance(start.get("starts"), list) \
                 or len(start["starts"]) != len(names) or not all(_is_count(one) for one in start["starts"]) \
                 or not all(_is_count(start.get(key, 0)) for key in ("step", "rows", "steps")) \
-                or not _is_draws(start.get("left_out", {})):
+                or not _is_draws(start.get("left_out", {})) or not _is_skipped(start.get("skipped", {})) \
+                or not _is_skipped(taken.get("skipped", {})) or not set(taken.get("skipped", {})) <= set(names) \
+                or not all(skip[0] > first + count for name, first, count in zip(names, start["starts"], taken["rows"])
+                           for skip in [taken.get("skipped", {}).get(name, [math.inf])]):
             raise ValueError(f"sampler state's mixture should have 'names', 'taken' {{'steps', 'rows': one integer "
-                             f">= 0 a source, 'ended'}} and 'epoch_start' {{'starts': one integer >= 0 a source, "
-                             f"'step', 'rows', 'steps', 'left_out'}} to go on in its epoch, but got {saved!r:.300}; "
-                             f"it was not saved under batching='plain' by this engine")
+                             f">= 0 a source, 'ended', 'skipped' (optional): {{source name: increasing integers "
+                             f"past its first unserved draw}}}} and 'epoch_start' {{'starts': one integer >= 0 a "
+                             f"source, 'step', 'rows', 'steps', 'left_out', 'skipped' (optional)}} to go on in its "
+                             f"epoch, but got {saved!r:.300}; the draws its epoch served are not known, so resume "
+                             f"with the mixture saved, or use on_change='new_epoch'")
         exhaust = saved["declared"].get("exhaust") if isinstance(saved["declared"], dict) else None
         if not isinstance(exhaust, dict) or set(exhaust) != set(names):
             raise ValueError(f"sampler state's mixture declared exhaust should name each source {names}, but got "
@@ -336,13 +372,17 @@ class MixtureOrder:
             start, taken = saved["epoch_start"], saved["taken"]
             drawn = {**start.get("left_out", {}), **{name: first + count for name, first, count in
                                                       zip(saved["names"], start["starts"], taken["rows"])}}
+            before, ahead = start.get("skipped", {}), taken.get("skipped", {})
+            skipped = {**{name: skip for name, skip in before.items() if name not in saved["names"]}, **ahead}
+            served = sum(taken["rows"]) + sum(len(skip) for skip in ahead.values()) \
+                - sum(len(before.get(name, ())) for name in saved["names"])  # the rows this mixture served
             starts = tuple(int(drawn.get(name, 0)) for name in self.mixture.names)  # a new source: its first draw
             left_out = {name: int(count) for name, count in drawn.items() if name not in self.mixture.names}
-            self._origin = (epoch, step, starts, start.get("rows", 0) + sum(taken["rows"]),
-                            start.get("steps", 0) + taken["steps"], left_out)
+            self._origin = (epoch, step, starts, start.get("rows", 0) + served, start.get("steps", 0) + taken["steps"],
+                            left_out, {name: tuple(int(one) for one in skip) for name, skip in skipped.items()})
         else:
-            self._origin = (epoch, step, None, 0, 0, {})
-        self._plans, self._orders, self._epoch_expected, self._start, self._taken = {}, {}, {}, None, None
+            self._origin = (epoch, step, None, 0, 0, {}, {})
+        self._plans, self._orders, self._epoch_expected, self._start, self._skips = {}, {}, {}, None, {}
         self._expected_before = self._served_of(saved)[0].astype(np.float64)
         self.history = history
 
@@ -399,23 +439,32 @@ class MixtureOrder:
         for number in range(first + 1, epoch + 1):
             start_step, starts = (origin_step, origin_starts or (0,) * len(self.sizes)) if number == origin_epoch \
                 else (0, ())
+            skips = tuple(np.asarray(self._origin[6].get(name, ()) if number == origin_epoch else (), dtype=np.int64)
+                          for name in self.mixture.names)
             if number > origin_epoch:
                 before = self._plans[number - 1]
                 start_step = before.start_step + len(before.counts)
                 totals = before.counts.sum(axis=0)
-                starts = tuple(int(start + total) if self.mixture.passes(name) is None else 0
-                               for start, total, name in zip(before.starts, totals, self.mixture.names))
+                following = [int(_stream(start, skip, np.asarray([total]))[0]) for start, skip, total in
+                             zip(before.starts, self._skips[number - 1], totals.tolist())]
+                starts = tuple(after if self.mixture.passes(name) is None else 0
+                               for after, name in zip(following, self.mixture.names))
+                skips = tuple(skip[skip > after] if self.mixture.passes(name) is None else skip[:0]
+                              for skip, after, name in zip(self._skips[number - 1], following, self.mixture.names))
+            self._skips[number] = skips
             self._plans[number] = walk(self, number, start_step, starts, rows_before if number == origin_epoch else 0)
         plan = self._plans[epoch]
         for number in sorted(self._plans)[:-2]:  # the summary keeps what it needs of older epochs: one row a source
             self._epoch_expected[number] = _expected(self._plans.pop(number), None)
+            self._skips.pop(number, None)
         return plan
 
     def _new_draws(self, epoch: int, starts: tuple[int, ...]) -> list[Draws]:
         """Each source's draws of ``epoch`` from ``starts``, kept until :meth:`order` takes their rows (the plan
         read the draws' first rows already: a pass's permutation is made once an epoch)."""
+        skips = self._skips[epoch]
         draws = [Draws(self.seed, name, int(size), start, None if self.mixture.passes(name) is None else epoch,
-                       self.lengths[index] if self.lengths is not None else None, self.within[index])
+                       self.lengths[index] if self.lengths is not None else None, self.within[index], skips[index])
                  for index, (name, size, start) in enumerate(zip(self.mixture.names, self.sizes, starts))]
         self._drawn = ((epoch, starts), draws)
         return draws
@@ -428,6 +477,20 @@ def _is_count(value: Any) -> bool:
 def _is_draws(value: Any) -> bool:
     """Whether ``value`` is ``{source name: draws}``: an epoch's draws of the sources a mixture left out."""
     return isinstance(value, dict) and all(isinstance(name, str) and _is_count(count) for name, count in value.items())
+
+
+def _is_skipped(value: Any) -> bool:
+    """Whether ``value`` is ``{source name: draws}``, each source's draws numbers in increasing order."""
+    return isinstance(value, dict) and all(
+        isinstance(name, str) and isinstance(skip, list) and skip and all(_is_count(one) for one in skip)
+        and all(a < b for a, b in zip(skip, skip[1:])) for name, skip in value.items())
+
+
+def _stream(start: int, skip: np.ndarray, draws: np.ndarray) -> np.ndarray:
+    """The numbers in a source's stream of its draws ``draws`` (0: the first) of an epoch whose draws start at
+    ``start`` and pass over ``skip`` (increasing numbers after ``start``)."""
+    passed = skip - start - np.arange(len(skip))  # draws before each skipped number
+    return start + draws + np.searchsorted(passed, draws, side="right")
 
 
 def _checked_history(value: Any) -> list[tuple[int, dict[str, Any]]]:

@@ -47,10 +47,14 @@ class Draws:
     growing steps, with the running token count of the draws when lengths are known)."""
 
     def __init__(self, seed: int, name: str, size: int, start: int, fresh_epoch: int | None,
-                 lengths: np.ndarray | None, within: BlockOrder | None = None) -> None:
+                 lengths: np.ndarray | None, within: BlockOrder | None = None, skip: np.ndarray | None = None) -> None:
         self.seed, self.name, self.size, self.start = seed, name, size, start
         self.fresh_epoch, self.lengths, self.within = fresh_epoch, lengths, within
+        self.skip = np.zeros(0, dtype=np.int64) if skip is None else skip
+        """Draws after ``start`` (their numbers in the source's stream) not to draw again: served in this epoch
+        under another mixture (``on_change='continue'``)."""
         self.taken = 0
+        self._next = start  # the number in the stream of the next draw read ahead
         self._rows = np.zeros(0, dtype=np.int64)
         self._running = np.zeros(1, dtype=np.int64)  # tokens of the first k draws, k = 0, 1, ...
 
@@ -68,9 +72,13 @@ class Draws:
             return
         chunks, want = [], max(count, 2 * have, 1024)
         while have < want:
-            number, within = divmod(self.start + have, self.size)
-            chunks.append(self._permutation(number)[within:])
-            have += len(chunks[-1])
+            number, within = divmod(self._next, self.size)
+            chunk = self._permutation(number)[within:]
+            if len(self.skip):
+                chunk = chunk[~np.isin(np.arange(self._next, self._next + len(chunk)), self.skip)]
+            self._next += self.size - within
+            chunks.append(chunk)
+            have += len(chunk)
         added = np.concatenate(chunks).astype(np.int64, copy=False)
         self._rows = np.concatenate([self._rows, added])
         if self.lengths is not None:
@@ -108,8 +116,9 @@ def walk(order: Any, epoch: int, start_step: int, starts: tuple[int, ...], rows_
     they count towards the epoch's rows, and a capped source's ``start`` (its draws served in the epoch) towards
     its passes."""
     mixture, sources = order.mixture, len(order.sizes)
-    caps = [None if mixture.passes(name) is None else mixture.passes(name) * int(size) - start
-            for name, size, start in zip(mixture.names, order.sizes, starts)]
+    skips = order._skips[epoch]  # set before the walk (the epoch's plan is being made)
+    caps = [None if mixture.passes(name) is None else mixture.passes(name) * int(size) - start - len(skip)
+            for name, size, start, skip in zip(mixture.names, order.sizes, starts, skips)]
     limit = mixture.samples_per_epoch
     if limit is None and all(cap is None for cap in caps):
         limit = int(order.sizes.sum())

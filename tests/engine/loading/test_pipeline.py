@@ -107,7 +107,7 @@ class TestResume:
         reference = run(module(0), total)
         first = threaded()
         assert run(first, stop) == reference[:stop]
-        state = pickle.loads(pickle.dumps(first.state_dict()))
+        state = pickle.loads(pickle.dumps(first.data_state()))
         resumed = threaded()
         resumed.load_state_dict(state)
         assert run(resumed, total - stop) == reference[stop:]
@@ -121,7 +121,7 @@ class TestResume:
                 break
             threading.Event().wait(0.01)
         assert loader.batch_sampler.state_dict()["position"] >= 4  # the thread ran ahead...
-        assert loader.state_dict()["_index_sampler_state"]["position"] == 2  # ...the saved position did not
+        assert loader.data_state()["_index_sampler_state"]["position"] == 2  # ...the saved position did not
 
     def test_the_sampler_has_finished_its_pass_when_the_last_batch_arrives(self):
         # so a caller's set_epoch after the last batch (Lightning stops at len, before StopIteration) never runs
@@ -133,7 +133,7 @@ class TestResume:
         state = loader.batch_sampler.state_dict()
         assert {key: state[key] for key in ("seed", "epoch", "position", "epoch_offset")} == {
             "seed": 11, "epoch": 1, "position": 0, "epoch_offset": 0}
-        assert loader.state_dict()["_index_sampler_state"]["position"] == len(loader)  # delivered: all of epoch 0
+        assert loader.data_state()["_index_sampler_state"]["position"] == len(loader)  # delivered: all of epoch 0
 
     @pytest.mark.parametrize("taken", [0, 2, 4, 5, 6])
     def test_the_module_state_equals_the_one_workers_0_saves(self, taken):
@@ -146,14 +146,14 @@ class TestResume:
             if taken > 5:
                 next(iterator, None)  # the end of the pass
                 next(iter(loader))
-            states.append(dm.state_dict())
+            states.append(dm.data_state())
         assert states[1] == states[0]
 
     def test_a_finished_pass_saves_the_next_epoch(self):
         dm = threaded()
         for _ in dm.train_dataloader():
             pass
-        state = dm.state_dict()
+        state = dm.data_state()
         assert state["train_loader"]["_iterator_finished"] and state["epoch"] == 1
         assert state["train_loader"]["_index_sampler_state"]["position"] == 0
 
@@ -163,7 +163,7 @@ class TestResume:
             first = saver()
             run(first, 3)
             resumed = loader()
-            resumed.load_state_dict(first.state_dict())
+            resumed.load_state_dict(first.data_state())
             assert run(resumed, 6) == reference[3:]
 
     def test_a_dropped_iterator_continues_its_pass_and_a_replaced_one_counts_as_an_epoch(self):
@@ -172,7 +172,7 @@ class TestResume:
         iterator = iter(loader)
         seen = [fingerprint(next(iterator)) for _ in range(2)]
         loader._iterator = None  # what Lightning does at the end of fit
-        assert loader.state_dict()["_index_sampler_state"]["position"] == 2
+        assert loader.data_state()["_index_sampler_state"]["position"] == 2
         seen += [fingerprint(batch) for batch in loader]
         assert seen == reference[:5]
         iterator = iter(loader)
@@ -187,7 +187,7 @@ class TestResume:
         dm = threaded()
         iterator = iter(dm.train_dataloader())
         next(iterator)
-        dm.load_state_dict(dm.state_dict())
+        dm.load_state_dict(dm.data_state())
         with pytest.raises(RuntimeError, match="replaced this train loader"):
             next(iterator)
 
@@ -256,5 +256,5 @@ def test_several_named_datasets_load_in_threads_and_resume_exactly():
     first = named(num_threads=1)
     take(first, 7)
     resumed = named(num_threads=1)
-    resumed.load_state_dict(first.state_dict())
+    resumed.load_state_dict(first.data_state())
     assert take(resumed, 13) == reference[7:]

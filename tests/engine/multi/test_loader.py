@@ -215,7 +215,7 @@ class TestResume:
         interrupted = MultiDataLoader(children(), resume_case(strategy))
         steps = flat(interrupted, self.EPOCHS)
         head = list(itertools.islice(steps, stop))
-        state = pickle.loads(pickle.dumps(interrupted.state_dict()))  # as a checkpoint would store it
+        state = pickle.loads(pickle.dumps(interrupted.data_state()))  # as a checkpoint would store it
         resumed = MultiDataLoader(children(), resume_case(strategy))  # fresh child loaders
         resumed.load_state_dict(state)
         rest = list(flat(resumed, self.EPOCHS - resumed.epoch))
@@ -225,7 +225,7 @@ class TestResume:
         original = MultiDataLoader(children())
         steps = flat(original, 1)
         head = [next(steps) for _ in range(5)]
-        state = original.state_dict()
+        state = original.data_state()
         resumed = MultiDataLoader(children())
         iterator = iter(resumed)  # Lightning may create the iterator before it restores the state
         resumed.load_state_dict(state)
@@ -241,11 +241,11 @@ class TestResume:
         iterator = iter(multi)
         [next(iterator) for _ in range(4)]
         resumed = MultiDataLoader(plain())
-        resumed.load_state_dict(multi.state_dict())
+        resumed.load_state_dict(multi.data_state())
         assert [(n, int(b) if n == "a" else b.tolist()) for n, b in resumed] == full[4:]
 
     def test_state_from_other_loaders_or_seed_is_refused(self):
-        state = MultiDataLoader(children(), config(choice_rng_seed=1)).state_dict()
+        state = MultiDataLoader(children(), config(choice_rng_seed=1)).data_state()
         with pytest.raises(KeyError, match=r"saved for loaders \['a', 'b', 'c'\], but this MultiDataLoader has"):
             MultiDataLoader({"a": [1]}).load_state_dict(state)
         with pytest.raises(ValueError, match="saved with choice_rng_seed=1, but this MultiDataLoader has "
@@ -287,9 +287,9 @@ def test_a_state_saved_before_the_children_resumed_round_trips():
     steps = flat(original, 1)
     head = [next(steps) for _ in range(6)]
     once = MultiDataLoader(children())
-    once.load_state_dict(original.state_dict())
+    once.load_state_dict(original.data_state())
     twice = MultiDataLoader(children())
-    twice.load_state_dict(once.state_dict())  # once has not touched its children yet: their states carry over
+    twice.load_state_dict(once.data_state())  # once has not touched its children yet: their states carry over
     assert head + list(flat(twice, 1)) == list(flat(MultiDataLoader(children()), 1))
 
 

@@ -73,7 +73,7 @@ class TestResume:
         first = module()
         assert take(first, stop) == reference[:stop]
         resumed = module()
-        resumed.load_state_dict(first.state_dict())
+        resumed.load_state_dict(first.data_state())
         assert take(resumed, 20 - stop) == reference[stop:]
 
     @pytest.mark.parametrize("steps", [6, 16])
@@ -105,7 +105,7 @@ class TestResume:
         assert extended.seen == full.seen[3:steps]
 
     def test_state_of_other_datasets_is_refused(self):
-        state = module().state_dict()
+        state = module().data_state()
         with pytest.raises(ValueError, match="does not match this data module"):
             MultiDataModule({"lm": tokens(41), "img": Images(16)}, task_spec={"lm": LM, "img": SMALL_IMAGES},
                             batch_size=4, val_split=0.25, seed=7).load_state_dict(state)
@@ -132,7 +132,7 @@ class TestThreads:
     def test_a_state_loaded_while_another_thread_builds_the_loader_is_where_training_continues(self, monkeypatch):
         reference, first = take(module(), 20), module()
         take(first, 6)
-        state = first.state_dict()
+        state = first.data_state()
         building, loaded, build = threading.Event(), threading.Event(), multi_module.build_multi_loader
 
         def held(*args, **kwargs):
@@ -206,7 +206,7 @@ class TestComposition:
     def test_identity_state_and_repr(self):
         dm = module()
         identity = dm.identity()
-        assert identity["version"] == dm.state_dict()["version"] and sorted(identity["children"]) == ["img", "lm"]
+        assert identity["version"] == dm.data_state()["version"] and sorted(identity["children"]) == ["img", "lm"]
         assert identity["children"]["lm"] == dm.children["lm"].identity()
         text = repr(dm)
         assert "schedule=round_robin" in text and "lm:" in text and "img:" in text

@@ -187,7 +187,7 @@ def saved_module_state(case: dict[str, Any], saved: dict[str, Any]) -> dict[str,
     """The state a module saves after ``case``'s ``before``."""
     player = Player(make_module(case["options"]), module=True)
     play([player], case["before"], None, saved)
-    return player.target.state_dict()
+    return player.target.data_state()
 
 
 def module_serves_next(case: dict[str, Any], state: dict[str, Any]) -> list[Any]:

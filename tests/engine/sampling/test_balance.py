@@ -14,7 +14,7 @@ from collators.packed import PackedCollator
 from engine.datamodule.universal import UniversalDataModule
 from engine.loading.config import DataLoaderConfig
 from engine.loading.factory import DataLoaderFactory, batch_sampler_for
-from engine.sampling.balance import check_balance, document_costs, refine, step_balance
+from engine.sampling.balance import SummedCost, check_balance, document_costs, refine, step_balance
 from engine.sampling.packed import PackedBatchSampler
 from engine.sources.wrappers import TensorListSource
 from task_spec import TaskSpec
@@ -77,7 +77,8 @@ class TestBalance:
     def test_refine_moves_documents_from_the_costliest_rank_within_the_budget(self):
         lengths = np.array([8, 1, 1, 1, 1, 4, 4])
         costs = document_costs(lengths, 0.5)
-        before, after = [[0, 1, 2], [3, 4, 5, 6]], refine([[0, 1, 2], [3, 4, 5, 6]], costs, lengths, 12)
+        before = [[0, 1, 2], [3, 4, 5, 6]]
+        after = refine(before, SummedCost(lengths, costs, 12))
         assert sorted(sum(after, [])) == list(range(7)) and all(lengths[b].sum() <= 12 for b in after)
         assert max(costs[b].sum() for b in after) < max(costs[b].sum() for b in before)
 
@@ -169,14 +170,13 @@ class TestRefusals:
 
     ROWS = [torch.arange(n) for n in range(5, 40)]
 
-    @pytest.mark.parametrize("batching", ["plain", "grouped", "token_budget"])
-    def test_the_module_refuses_balance_without_packing(self, batching):
-        budget = {"max_tokens": 64} if batching == "token_budget" else {}
+    @pytest.mark.parametrize("batching", ["plain", "grouped"])
+    def test_the_module_refuses_balance_without_a_token_budget(self, batching):
         with pytest.raises(ValueError, match=f"balance='compute' \\(balance= was given\\) deals the documents of "
-                                             f"each step's packed sequences to ranks by their cost, but "
-                                             f"batching='{batching}'; pass batching='packed'"):
+                                             f"each step's token-budget batches to ranks by their cost, but "
+                                             f"batching='{batching}'; pass batching='packed' or 'token_budget'"):
             UniversalDataModule(self.ROWS, task_spec=TaskSpec.lm_tiny(), batching=batching, balance="compute",
-                                attention_weight=0.01, **budget)
+                                attention_weight=0.01)
 
     def test_the_module_refuses_balance_over_a_stream(self):
         datasets = pytest.importorskip("datasets")
@@ -184,13 +184,6 @@ class TestRefusals:
         with pytest.raises(ValueError, match=r"balance='compute' \(balance= was given\) deals each step's documents "
                                              r"to ranks by their lengths, which a stream"):
             UniversalDataModule(stream, task_spec=TaskSpec.lm_tiny(), balance="compute", attention_weight=0.01)
-
-    def test_the_module_refuses_balance_with_a_mixture(self):
-        data = {"a": self.ROWS, "b": self.ROWS}
-        with pytest.raises(ValueError, match=r"balance='compute' \(balance= was given\) groups packed bins of like "
-                                             r"cost into steps, but a mixture's steps hold each source at its share"):
-            UniversalDataModule(data, mix={"a": 1, "b": 1}, task_spec=TaskSpec.lm_tiny(), batching="packed",
-                                max_tokens=64, balance="compute", attention_weight=0.01)
 
     def test_the_spec_can_set_balance_and_its_weight(self):
         spec = TaskSpec.lm_tiny().replace(preprocessing_config={"batching": "packed", "max_tokens": 64,

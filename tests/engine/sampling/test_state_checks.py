@@ -82,7 +82,7 @@ class TestNumbersOutOfRange:
                                  batch_size=4, num_workers=workers)
         loader = dm.train_dataloader()
         next(iter(loader))
-        state = dm.state_dict()
+        state = dm.data_state()
         sampler_state_of(state["train_loader"])["num_replicas"] = 10**12
         refused = r"sampler state's num_replicas should divide its global_batch=4 .*, but got num_replicas=10{12}"
         with pytest.raises(ValueError, match=refused):
@@ -94,7 +94,7 @@ class TestNumbersOutOfRange:
 def test_the_modules_own_numbers_are_checked_too():
     dm = UniversalDataModule([torch.arange(3, 4 + n % 7) for n in range(ROWS)], task_spec=TaskSpec.lm_tiny(),
                              batch_size=4)
-    state = {**dm.state_dict(), "world_size": -1, "batch_size": -4}  # the same product as 1 x 4
+    state = {**dm.data_state(), "world_size": -1, "batch_size": -4}  # the same product as 1 x 4
     with pytest.raises(ValueError, match=r"the checkpoint's data state's world_size should be a positive integer "
                                          r"\(below 2\*\*63\), but got world_size=-1"):
         dm.load_state_dict(state)

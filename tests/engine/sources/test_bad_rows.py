@@ -174,7 +174,7 @@ def test_resuming_after_a_skip_gives_the_uninterrupted_batches_and_count(workers
     expected = run(reference, total)
     first = module(Rows(), num_workers=workers, on_error="skip")
     assert run(first, stop) == expected[:stop] and first.skipped.count > 0
-    state = pickle.loads(pickle.dumps(first.state_dict()))
+    state = pickle.loads(pickle.dumps(first.data_state()))
     assert state["skipped_rows"] == first.skipped.count
     resumed = module(Rows(), num_workers=workers, on_error="skip")
     resumed.load_state_dict(state)
@@ -194,7 +194,7 @@ class MixedDtypes(Rows):
 def test_raise_is_the_default_and_names_the_row_and_a_row_that_fails_to_collate_is_left_out_when_skipping():
     with pytest.raises(OSError, match=r"reading row (3|13|17) of the train data failed; fix or remove that row"):
         passes(module(Rows(), val_split=0), epochs=1)
-    assert "skipped_rows" not in module(Rows(bad=()), val_split=0).state_dict()
+    assert "skipped_rows" not in module(Rows(bad=()), val_split=0).data_state()
     with pytest.raises(TypeError, match=r"collating the batch of rows .* of the train data failed"):
         passes(module(MixedDtypes(bad=()), val_split=0), epochs=1)
     dm = module(MixedDtypes(bad=()), val_split=0, on_error="skip")
@@ -422,7 +422,7 @@ def test_an_error_out_of_the_workers_stops_them_and_the_next_pass_goes_on_from_t
             served.append(rows_of(batch))
     assert [row for batch in served for row, _ in batch] == list(range(12))
     assert not any(worker.is_alive() for worker in workers), raised.value
-    state = loader.state_dict()  # the position before the failed batch: the rest of the epoch is not lost
+    state = loader.data_state()  # the position before the failed batch: the rest of the epoch is not lost
     repaired = module(Rows(bad=()), val_split=0, shuffle=False, num_workers=2).train_dataloader()
     repaired.load_state_dict(state)
     assert [row for batch in repaired for row, _ in rows_of(batch)] == list(range(12, 20))

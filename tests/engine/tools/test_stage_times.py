@@ -1,10 +1,12 @@
 """Stage times: a loader times each batch's fetch, decode (the per-row transform) and collate where they run (in
 this process, in threads and in worker processes, whose times travel back with the batch), the monitor times the
-transfer; the stages add up to within the wait the monitor measured around ``next()``; every rank's wait in one
+transfer, in a plain loop and in Lightning, as a stage of its own outside the wait; the loader's stages add up to
+within the wait the monitor measured around ``next()``; every rank's wait in one
 table with its imbalance, in the monitor's summary and the HTML report (two real processes:
 tests/distributed/test_rank_waits.py)."""
 
 import pickle
+import time
 
 import datasets
 import lightning
@@ -34,7 +36,26 @@ def monitored(loader, **wrap):
     return monitor, batches
 
 
+class Clock:
+    """``time.perf_counter`` as a clock that moves only when a test advances it."""
+
+    def __init__(self, monkeypatch):
+        self.now = 1000.0
+        monkeypatch.setattr(time, "perf_counter", lambda: self.now)
+
+    def advance(self, seconds):
+        self.now += seconds
+
+
 class TestStageTimes:
+    def test_a_stage_timed_apart_counts_no_new_batch(self):
+        times = StageTimes()
+        times.add({"fetch": 0.001, "collate": 0.003})
+        times.add_stage("transfer", 0.004)
+        assert times.batches == 1 and times.counts == {"fetch": 1, "collate": 1, "transfer": 1}
+        assert times.total("transfer") == 0.004 and times.total("decode") == 0.0
+        assert times.mean_ms() == pytest.approx({"fetch": 1.0, "collate": 3.0, "transfer": 4.0})
+
     def test_sums_counts_and_means(self):
         times = StageTimes()
         times.add({"fetch": 0.001, "collate": 0.003})
@@ -87,13 +108,30 @@ class TestLoaderStages:
         assert loader.stage_times.batches == len(batches) and list(loader.stage_times.totals()) == ["fetch",
                                                                                                     "collate"]
 
-    def test_the_monitor_times_the_transfer_inside_the_wait(self):
+    def test_the_monitor_times_the_transfer_as_a_stage_of_its_own(self):
         monitor, batches = monitored(module().train_dataloader(), device="cpu")
         stats = monitor.stats()
-        assert list(stats.stages_ms) == ["fetch", "collate", "transfer"]
-        assert stats.stages_ms["transfer"] * stats.batches / 1000 <= stats.wait_s
+        assert list(stats.stages_ms) == ["fetch", "collate", "transfer"] and stats.stages_ms["transfer"] > 0
         assert {"stage_fetch_ms", "stage_collate_ms", "stage_transfer_ms"} <= set(stats.as_dict())
-        assert "per batch: fetch" in str(stats)
+        assert "per batch: fetch" in str(stats) and "transfer" in str(stats)
+
+    def test_a_transfer_needs_a_device(self):
+        with pytest.raises(ValueError, match=r"device should be given with transfer= .*, but got device=None"):
+            next(DataMonitor().wrap(module().train_dataloader(), transfer=module().transfer))
+
+    def test_the_wait_leaves_the_modules_transfer_out(self, monkeypatch):
+        clock = Clock(monkeypatch)
+        dm = module()
+
+        def transfer(batch, device):  # the module's hooks, taking 5 s of the clock that the monitor reads
+            clock.advance(5.0)
+            return dm.transfer(batch, device)
+
+        monitor, batches = monitored(dm.train_dataloader(), device="cpu", transfer=transfer)
+        assert len(batches) == 6 and monitor.stats().stages_ms["transfer"] == 5000.0
+        assert monitor.wait_s == 0.0  # by construction: the clock moved only in the transfer
+        waits, steps = monitor.timeline()
+        assert waits == [0.0] * 6 and steps == [5.0] * 6  # each step still starts where its wait did
 
     def test_a_reset_reports_only_the_batches_after_it(self):
         loader = module().train_dataloader()
@@ -142,12 +180,42 @@ class TestRankWaits:
         assert "waiting for data, per rank" in page and "1.50 (max/mean)" in page
 
 
-@pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader`")
-def test_the_callback_logs_stage_times_and_the_imbalance():
+def fit(dm, **trainer):
     callback = DataMonitorCallback(log_every_n_steps=2)
     trainer = lightning.Trainer(max_epochs=1, callbacks=[callback], logger=False, enable_checkpointing=False,
-                                enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
-    trainer.fit(TinyLM(), datamodule=module(val_split=5))
-    assert {"data/stage_fetch_ms", "data/stage_collate_ms", "data/wait_imbalance"} <= set(callback.last_logged)
+                                enable_progress_bar=False, enable_model_summary=False, accelerator="cpu", **trainer)
+    trainer.fit(TinyLM(), datamodule=dm)
+    return trainer, callback
+
+
+@pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader`")
+def test_the_callback_logs_stage_times_and_the_imbalance():
+    dm = module(val_split=5)
+    trainer, callback = fit(dm)
+    assert {"data/stage_fetch_ms", "data/stage_collate_ms", "data/stage_transfer_ms",
+            "data/wait_imbalance"} <= set(callback.last_logged)
+    assert callback.last_logged["data/stage_transfer_ms"] > 0
     assert trainer.callback_metrics["data/wait_imbalance"].item() == 1.0
     assert [rank.rank for rank in callback.rank_waits.ranks] == [0] and callback.rank_waits.ranks[0].batches == 5
+    assert "transfer" in callback.rank_waits.ranks[0].stages_ms and "transfer ms" in str(callback.rank_waits)
+    times = trainer.train_dataloader.stage_times
+    assert times.counts["transfer"] == times.batches == 5  # the training batches' copies; validation's not counted
+
+
+@pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader`")
+def test_in_lightning_the_transfer_is_a_stage_the_wait_leaves_out(monkeypatch):
+    clock = Clock(monkeypatch)
+    dm = module()
+
+    def normalize(batch):  # the module's after-transfer hook, taking 5 s of the clock the callback reads
+        clock.advance(5.0)
+        return batch
+
+    dm.device_normalize = normalize
+    trainer, callback = fit(dm, limit_train_batches=3)
+    monitor = callback.monitor
+    assert monitor.batches == 3 and monitor.stages_ms()["transfer"] == 5000.0
+    assert monitor.wait_s == 0.0  # by construction: the clock moved only inside the transfer hooks
+    assert callback.last_logged["data/stage_transfer_ms"] == 5000.0 and callback.last_logged["data/wait_s"] == 0.0
+    waits, steps = monitor.timeline()
+    assert waits == [0.0] * 3 and steps == [5.0] * 3  # the step starts where its wait did, before the transfer

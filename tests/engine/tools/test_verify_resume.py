@@ -47,7 +47,7 @@ class TestPasses:
     def test_the_module_given_is_not_iterated(self):
         dm = module(0)
         verify_resume(dm, steps=4, world=None, to_world=None)
-        assert dm.state_dict()["train_loader"] is None  # no train loader was built, so none was iterated
+        assert dm.data_state()["train_loader"] is None  # no train loader was built, so none was iterated
 
     def test_with_worker_processes(self):
         assert module(2).verify_resume(steps=6, at=2, world=1, to_world=2).passed

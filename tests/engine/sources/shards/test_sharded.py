@@ -97,7 +97,7 @@ def test_resume_mid_epoch_is_exact_across_worker_counts(corpus, tmp_path, before
     first = module(shards(folder, tmp_path), workers=before)
     iterator = iter(first.train_dataloader())
     served = docs(next(iterator) for _ in range(30))
-    state = pickle.loads(pickle.dumps(first.state_dict()))
+    state = pickle.loads(pickle.dumps(first.data_state()))
     resumed = module(shards(folder, tmp_path), workers=after)
     resumed.load_state_dict(state)
     assert served + epoch(resumed) == full
@@ -113,7 +113,7 @@ def test_a_state_saved_on_two_ranks_finishes_its_epoch_on_one(corpus, tmp_path, 
         dm = module(shards(folder, tmp_path), batch_size=4)
         iterator = iter(dm.train_dataloader())
         served += docs(next(iterator) for _ in range(10))
-        states.append(dm.state_dict())
+        states.append(dm.data_state())
     monkeypatch.undo()
     resumed = module(shards(folder, tmp_path), batch_size=8)
     resumed.load_state_dict(states[0])
@@ -195,7 +195,7 @@ def test_a_state_of_another_corpus_is_refused(corpus, tmp_path):
     folder, _ = corpus
     first = module(shards(folder, tmp_path))
     next(iter(first.train_dataloader()))
-    state = first.state_dict()
+    state = first.data_state()
     write_corpus(tmp_path / "other", seed=1)
     other = module(shards(tmp_path / "other", tmp_path))
     with pytest.raises(ValueError, match="data"):
@@ -514,7 +514,7 @@ def test_a_local_shard_replaced_with_its_size_and_modification_time_kept_is_a_ne
     before = os.stat(folder / "part-000.parquet")
     first = module(shards(folder, tmp_path), batch_size=4)
     assert sorted(epoch(first)) == list(range(40))
-    state = first.state_dict()
+    state = first.data_state()
     write(1000)  # other rows of the same size
     os.utime(folder / "part-000.parquet", ns=(before.st_atime_ns, before.st_mtime_ns))
     assert os.stat(folder / "part-000.parquet").st_size == before.st_size
@@ -529,13 +529,13 @@ def test_a_state_resumed_with_another_shuffle_window_is_refused_naming_it(corpus
     folder, _ = corpus
     first = module(shards(folder, tmp_path, shuffle_window=64))
     next(iter(first.train_dataloader()))
-    state = first.state_dict()
+    state = first.data_state()
     assert state["shuffle_window"] == 64
     with pytest.raises(ValueError, match=r"shuffle_window was 64 when saved and is 128 now \(sharded data's epoch "
                                          r"order.*Resume with Shards\(shuffle_window=\.\.\.\) as saved \(64\)"):
         module(shards(folder, tmp_path, shuffle_window=128)).load_state_dict(state)
     mixed = module({"a": shards(folder, tmp_path, shuffle_window=64)}, mix={"a": 1.0})
-    assert mixed.state_dict()["shuffle_window"] == {"a": 64}
+    assert mixed.data_state()["shuffle_window"] == {"a": 64}
     same = module(shards(folder, tmp_path, shuffle_window=64))
     same.load_state_dict(state)
     older = {key: value for key, value in state.items() if key != "shuffle_window"}  # saved before it was recorded
