@@ -17,7 +17,7 @@ Loading the loops (importing numba, then each loop from its disk cache, or compi
 takes about a second in a fresh process, and several when it compiles. A loader worker does not wait for it: its
 first batches run the same loops as Python (the same values: integer copies, and float32 operations in the same
 order) while a thread of its own loads them (:func:`loaded`), started once its first batch is done
-(:func:`hold_loading`); a forked worker whose parent had loaded them inherits
+(:func:`collators.compiled.hold_loading`); a forked worker whose parent had loaded them inherits
 them (and shares their memory: the loader loads them before forking workers when numba's disk cache holds them,
 :func:`cached`). Any other process loads them at its first call.
 """
@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import get_worker_info
 
-from collators.compiled import compiled
+from collators.compiled import compiled, held_for_first_batch
 
 INT64_MAX, INT64_MIN = 2**63 - 1, -2**63
 NOT_WRITTEN = np.empty((0, 0), dtype=np.int64)
@@ -67,47 +67,19 @@ _FAILURES: list[BaseException] = []
 """What that thread raised; :func:`loaded` raises it again in the worker's own thread."""
 
 
-_HELD: dict[int, bool] = {}
-"""``{pid: wanted}``: a loader worker whose first batch is in progress (:func:`hold_loading`), and whether that
-batch called a loop (the loading then starts when the batch is done)."""
-_RELEASED: set[int] = set()
-"""The loader workers whose first batch is done (:func:`release_loading`)."""
-
-
 def loaded() -> bool:
     """Whether this process runs the compiled loops. Outside loader workers they are loaded here, on the first
     call. A loader worker that has not inherited them starts loading them in a thread of its own (once), after its
-    first batch when the loader holds the loading (:func:`hold_loading`), and runs the Python loops meanwhile; a
-    failure of that thread is raised by the next call."""
+    first batch when the loader holds the loading (:func:`collators.compiled.hold_loading`), and runs the Python
+    loops meanwhile; a failure of that thread is raised by the next call."""
     if _ready():
         return True
     if get_worker_info() is None:
         load()
         return True
-    if os.getpid() in _HELD:
-        _HELD[os.getpid()] = True
-    else:
+    if not held_for_first_batch():
         load_soon()
     return False
-
-
-def hold_loading() -> None:
-    """Called by a loader worker before each batch: until its first batch is done (:func:`release_loading`), the
-    loops are not loaded in it. Importing numba in a thread beside the first batch competes with it for the GIL
-    and the import lock (a first batch of text took up to 0.6 s instead of 30 ms), and the first batch is what a
-    training run waits for."""
-    if os.getpid() not in _RELEASED:
-        _HELD.setdefault(os.getpid(), False)
-
-
-def release_loading() -> None:
-    """Called by a loader worker after each batch: after its first, start loading the loops if that batch ran
-    them as Python (:func:`load_soon`)."""
-    if os.getpid() in _HELD:
-        wanted = _HELD.pop(os.getpid())
-        _RELEASED.add(os.getpid())
-        if wanted:
-            load_soon()
 
 
 def _ready() -> bool:

@@ -1,11 +1,13 @@
 """Loops compiled with numba as the engine compiles them: on first call, cached on disk, releasing the GIL.
 
 The collators' padding loops (``collators._kernels``) and the engine's own (a mixture's block walks, a mixed
-batch's span copy) are compiled this way.
+batch's span copy) are compiled this way. A loader worker that has to load the collators' loops itself (a spawned
+one) does so after its first batch (:func:`hold_loading`), running them as Python until then.
 """
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -26,3 +28,40 @@ def compiled(function: Callable[..., Any]) -> Any:
         warnings.warn(f"{error}: these loops will be compiled in every process (about 1 s at its first batch); "
                       f"set NUMBA_CACHE_DIR to a writable folder to compile them once", stacklevel=2)
         return numba.njit(nogil=True)(function)
+
+
+_HELD: dict[int, bool] = {}
+"""``{pid: wanted}``: a loader worker whose first batch is in progress (:func:`hold_loading`), and whether that
+batch ran a loop as Python (the loading then starts when the batch is done)."""
+_RELEASED: set[int] = set()
+"""The loader workers whose first batch is done (:func:`release_loading`)."""
+
+
+def hold_loading() -> None:
+    """Called by a loader worker before each batch: until its first batch is done (:func:`release_loading`), the
+    collators' loops are not loaded in it (:func:`collators._kernels.loaded`). Importing numba in a thread beside
+    the first batch competes with it for the GIL and the import lock (a first batch of text took up to 0.6 s
+    instead of 30 ms), and the first batch is what a training run waits for."""
+    if os.getpid() not in _RELEASED:
+        _HELD.setdefault(os.getpid(), False)
+
+
+def release_loading() -> None:
+    """Called by a loader worker after each batch: after its first, start loading the loops in a thread
+    (:func:`collators._kernels.load_soon`) if that batch ran them as Python."""
+    if os.getpid() in _HELD:
+        wanted = _HELD.pop(os.getpid())
+        _RELEASED.add(os.getpid())
+        if wanted:
+            from collators._kernels import load_soon
+
+            load_soon()
+
+
+def held_for_first_batch() -> bool:
+    """Whether this process is a loader worker whose first batch is in progress (the loops then load after it);
+    notes that the batch wanted them."""
+    if os.getpid() not in _HELD:
+        return False
+    _HELD[os.getpid()] = True
+    return True

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch.utils.data import get_worker_info
 
-from collators._kernels import hold_loading, release_loading
+from collators.compiled import hold_loading, release_loading
 from engine.collation.seeded_collate import SeededCollate
 from engine.core.compat import new_shared_storage, result_pipe
 from engine.core.skipped_rows import WithSkippedRows
