@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import get_worker_info
 
-from collators.compiled import compiled, held_for_first_batch
+from collators.compiled import after_first_batch, compiled
 
 INT64_MAX, INT64_MIN = 2**63 - 1, -2**63
 NOT_WRITTEN = np.empty((0, 0), dtype=np.int64)
@@ -77,7 +77,7 @@ def loaded() -> bool:
     if get_worker_info() is None:
         load()
         return True
-    if not held_for_first_batch():
+    if not after_first_batch(load_soon):
         load_soon()
     return False
 

@@ -30,9 +30,9 @@ def compiled(function: Callable[..., Any]) -> Any:
         return numba.njit(nogil=True)(function)
 
 
-_HELD: dict[int, bool] = {}
-"""``{pid: wanted}``: a loader worker whose first batch is in progress (:func:`hold_loading`), and whether that
-batch ran a loop as Python (the loading then starts when the batch is done)."""
+_HELD: dict[int, Callable[[], None] | None] = {}
+"""``{pid: start}``: a loader worker whose first batch is in progress (:func:`hold_loading`), and the loading to
+start when it is done (given by :func:`after_first_batch`; None while the batch has asked for none)."""
 _RELEASED: set[int] = set()
 """The loader workers whose first batch is done (:func:`release_loading`)."""
 
@@ -43,25 +43,22 @@ def hold_loading() -> None:
     the first batch competes with it for the GIL and the import lock (a first batch of text took up to 0.6 s
     instead of 30 ms), and the first batch is what a training run waits for."""
     if os.getpid() not in _RELEASED:
-        _HELD.setdefault(os.getpid(), False)
+        _HELD.setdefault(os.getpid(), None)
 
 
 def release_loading() -> None:
-    """Called by a loader worker after each batch: after its first, start loading the loops in a thread
-    (:func:`collators._kernels.load_soon`) if that batch ran them as Python."""
+    """Called by a loader worker after each batch: after its first, start the loading that batch asked for."""
     if os.getpid() in _HELD:
-        wanted = _HELD.pop(os.getpid())
+        start = _HELD.pop(os.getpid())
         _RELEASED.add(os.getpid())
-        if wanted:
-            from collators._kernels import load_soon
-
-            load_soon()
+        if start is not None:
+            start()
 
 
-def held_for_first_batch() -> bool:
-    """Whether this process is a loader worker whose first batch is in progress (the loops then load after it);
-    notes that the batch wanted them."""
+def after_first_batch(start: Callable[[], None]) -> bool:
+    """Whether this process is a loader worker whose first batch is in progress: ``start`` (a loading) is then
+    called when the batch is done, instead of now."""
     if os.getpid() not in _HELD:
         return False
-    _HELD[os.getpid()] = True
+    _HELD[os.getpid()] = start
     return True
