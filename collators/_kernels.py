@@ -16,13 +16,14 @@ other position holds the pad value; ``kept <= width`` (the padding layout's kept
 Loading the loops (importing numba, then each loop from its disk cache, or compiling it when the cache is empty)
 takes about a second in a fresh process, and several when it compiles. A loader worker does not wait for it: its
 first batches run the same loops as Python (the same values: integer copies, and float32 operations in the same
-order) while a thread of its own loads them from the disk cache (:func:`loaded`); a forked worker whose parent had
-loaded them inherits them (and shares their memory: the loader loads them before forking workers when numba's disk
-cache holds them, :func:`cached`). A worker never compiles them: compiling costs seconds of CPU and tens of MiB of
-private memory in every worker, and a short-lived worker on a busy machine is stopped before it finishes, so the
-cache would stay incomplete run after run. While the cache lacks them, a worker runs the Python loops, and one
-process of the lowest CPU priority compiles them into the cache (:func:`fill_cache_soon`, started by the loader that
-forks the workers); the loaders after it load them before forking. Any other process loads them at its first call.
+order) while a thread of its own loads them from the disk cache (:func:`loaded`), started once its first batch is
+done (:func:`collators.compiled.hold_loading`); a forked worker whose parent had loaded them inherits them (and
+shares their memory: the loader loads them before forking workers when numba's disk cache holds them,
+:func:`cached`). A worker never compiles them: compiling costs seconds of CPU and tens of MiB of private memory in
+every worker, and a short-lived worker on a busy machine is stopped before it finishes, so the cache would stay
+incomplete run after run. While the cache lacks them, a worker runs the Python loops, and one process of the lowest
+CPU priority compiles them into the cache (:func:`fill_cache_soon`, started by the loader that forks the workers);
+the loaders after it load them before forking. Any other process loads them at its first call.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import get_worker_info
 
-from collators.compiled import compiled
+from collators.compiled import after_first_batch, compiled
 
 INT64_MAX, INT64_MIN = 2**63 - 1, -2**63
 NOT_WRITTEN = np.empty((0, 0), dtype=np.int64)
@@ -80,8 +81,9 @@ FILL = "import os; os.nice(19); from collators._kernels import load; load()"
 def loaded() -> bool:
     """Whether this process runs the compiled loops. Outside loader workers they are loaded here, on the first
     call. A loader worker that has not inherited them starts loading them from numba's disk cache in a thread of its
-    own (once) and runs the Python loops meanwhile; a failure of that thread is raised by the next call. A worker
-    whose first call finds the cache without them runs the Python loops for its life (it compiles nothing)."""
+    own (once), after its first batch when the loader holds the loading (:func:`collators.compiled.hold_loading`),
+    and runs the Python loops meanwhile; a failure of that thread is raised by the next call. A worker whose first
+    call finds the cache without them runs the Python loops for its life (it compiles nothing)."""
     if _ready():
         return True
     if get_worker_info() is None:
@@ -93,7 +95,8 @@ def loaded() -> bool:
     if pid not in _LOADING and not cached():
         _PYTHON_ONLY.add(pid)
         return False
-    load_soon()
+    if not after_first_batch(load_soon):
+        load_soon()
     return False
 
 

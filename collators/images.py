@@ -5,18 +5,18 @@ Scaling and normalization use ``torchvision.transforms.v2.functional`` (``to_ima
 ``normalize``), applied once to the stacked batch rather than per image; a uint8 batch takes one compiled pass
 of the same float32 operations (:func:`collators._kernels.scale_normalize`), equal bit for bit. torchvision is
 imported at the first batch that needs it (:func:`transforms`), so a loader worker collating uint8 tensors never
-imports it.
+imports it; nor PIL, which only a PIL image's process has loaded.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image
 
 from collators._kernels import loaded, scale_normalize
 
@@ -143,7 +143,8 @@ def stats(name: str, values: Sequence[float]) -> tuple[float, ...]:
 def to_chw(image: Any, index: int, key: str) -> torch.Tensor:
     """A CHW uint8 or floating tensor for one image; may share memory with it (the caller stacks, which copies)."""
     where = f"row {index}: {key!r}"
-    if isinstance(image, Image.Image):
+    pil = sys.modules.get("PIL.Image")  # a PIL image exists only where PIL is loaded: a tensor's worker skips it
+    if pil is not None and isinstance(image, pil.Image):
         if image.mode not in _PIL_CONVERT:
             raise TypeError(
                 f"{where} is a PIL image in mode {image.mode!r}, which has no fixed [0, 1] scale; convert it "

@@ -23,6 +23,7 @@ from engine.core.rng import derive_seed, generator_from, seed_worker
 from engine.loading.config import DataLoaderConfig
 from engine.loading.loader import ResumableLoader
 from engine.loading.pipeline import Threads
+from engine.loading.starting import worker_context
 from engine.sampling.base import EpochBatchSampler, EpochHandle
 from engine.sampling.blocks import BlockOrder, EpochOrder
 from engine.sampling.eval import ShardedEvalBatchSampler
@@ -83,6 +84,9 @@ class DataLoaderFactory:
             generator=generator_from(derive_seed(seed, "workers")),
             **kwargs,
         )
+        started = worker_context(_start_method(kwargs)) if kwargs["num_workers"] else None
+        if started is not None:  # spawn, forkserver: the workers start together (see engine.loading.starting)
+            common["multiprocessing_context"] = started
         if isinstance(dataset, IterableDataset):
             if config.num_threads:
                 raise ValueError(
@@ -346,11 +350,17 @@ def _main_has_no_file() -> bool:
 class _SendCheck(pickle.Pickler):
     """Pickles what a started worker would receive, stopping at a ``torch.Generator``, which torch pickles with its
     state as a tensor that ``torch.multiprocessing`` shares by a descriptor closed before the worker opens it, and
-    at a function or class of a ``__main__`` without a file, which pickles by reference but does not import there."""
+    at a function or class of a ``__main__`` without a file, which pickles by reference but does not import there.
+    A plain tensor (or a storage) is not pickled: a worker receives it as a descriptor of shared memory, which any
+    pickles to, and writing its bytes (a copy of all the data, seconds for a large dataset) would delay every
+    worker's start; a tensor subclass or a tensor with attributes of its own is pickled, for what it holds."""
 
     def reducer_override(self, obj: Any) -> Any:
         if isinstance(obj, torch.Generator):
             raise _HoldsGenerator
+        if isinstance(obj, (torch.UntypedStorage, torch.TypedStorage)) or (
+                type(obj) is torch.Tensor and not obj.__dict__):
+            return bytes, ()
         if isinstance(obj, (type, types.FunctionType)) and getattr(obj, "__module__", None) == "__main__" and (
                 "<" not in obj.__qualname__ and _main_has_no_file()):  # a lambda or local one: pickle's own error
             raise _DefinedInMain(getattr(obj, "__qualname__", repr(obj)))

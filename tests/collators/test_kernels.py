@@ -246,3 +246,43 @@ def test_one_low_priority_process_compiles_the_loops_into_an_empty_cache(monkeyp
     assert filler.wait(timeout=900) == 0
     assert _kernels.cached()
     assert not _kernels.fill_cache_soon()
+
+
+def _as_a_loader_worker(monkeypatch):
+    """collators._kernels as in a loader worker that has not loaded the loops; returns the loadings it starts."""
+    from collators import _kernels, compiled
+
+    started = []
+    monkeypatch.setattr(_kernels, "get_worker_info", lambda: object())
+    monkeypatch.setattr(_kernels, "_ready", lambda: False)
+    monkeypatch.setattr(_kernels, "load_soon", lambda: started.append("loading"))
+    monkeypatch.setattr(_kernels, "cached", lambda: True)  # numba's disk cache holds them
+    monkeypatch.setattr(_kernels, "_PYTHON_ONLY", set())
+    monkeypatch.setattr(compiled, "_HELD", {})
+    monkeypatch.setattr(compiled, "_RELEASED", set())
+    return _kernels, compiled, started
+
+
+def test_a_loader_worker_loads_the_loops_after_its_first_batch_not_beside_it(monkeypatch):
+    kernels, compiled, started = _as_a_loader_worker(monkeypatch)
+    compiled.hold_loading()
+    assert kernels.loaded() is False and kernels.loaded() is False  # the first batch runs the Python loops
+    assert started == []
+    compiled.release_loading()
+    assert started == ["loading"]
+    compiled.hold_loading()  # later batches hold nothing
+    assert kernels.loaded() is False and started == ["loading", "loading"]
+
+
+def test_a_first_batch_that_ran_no_loop_starts_no_loading_and_a_later_loop_call_does(monkeypatch):
+    kernels, compiled, started = _as_a_loader_worker(monkeypatch)
+    compiled.hold_loading()
+    compiled.release_loading()
+    assert started == []
+    kernels.loaded()
+    assert started == ["loading"]
+
+
+def test_a_worker_of_another_loader_loads_the_loops_at_its_first_loop_call(monkeypatch):
+    kernels, compiled, started = _as_a_loader_worker(monkeypatch)  # nothing holds the loading: a user's own DataLoader
+    assert kernels.loaded() is False and started == ["loading"]

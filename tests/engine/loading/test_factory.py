@@ -94,6 +94,14 @@ class TestCreateDataloader:
         with pytest.raises(TypeError, match="sends the collate_fn to each worker by pickling, but it holds a torch"):
             DataLoaderFactory().create_dataloader(TensorDataset(torch.arange(4)), config)
 
+    def test_a_tensor_carrying_a_generator_under_spawn_fails_at_creation(self):
+        """The check skips a plain tensor's data, not what a tensor carries as attributes of its own."""
+        values = torch.arange(4)
+        values.generator = torch.Generator().manual_seed(0)
+        config = DataLoaderConfig(num_workers=1, multiprocessing_context="spawn")
+        with pytest.raises(TypeError, match="sends the dataset to each worker by pickling, but it holds a torch"):
+            DataLoaderFactory().create_dataloader(TensorDataset(values), config)
+
     @pytest.mark.parametrize("context", ["spawn", "forkserver"])
     def test_a_collate_fn_of_a_main_module_without_a_file_is_refused_naming_it_and_the_fix(self, monkeypatch, context):
         """A notebook's, python -c's or stdin's __main__: pickling by reference works here, but a started worker
