@@ -113,20 +113,7 @@ class TestOrder:
                                                                                    b["cu_seq_lens_q"])
 
 
-class TestResume:
-    def test_a_resume_mid_epoch_serves_exactly_the_rest(self):
-        samplers = ranks(4)
-        iterators = [iter(s) for s in samplers]
-        for _ in range(5):
-            for iterator in iterators:
-                next(iterator)
-        state = samplers[0].state_dict()
-        rest = [[list(b) for b in iterator] for iterator in iterators]
-        resumed = ranks(4)
-        for sampler in resumed:
-            sampler.load_state_dict(state)
-        assert [[list(b) for b in s] for s in resumed] == rest
-
+class TestResume:  # an exact resume: tests/engine/sampling/test_balance_modes.py, under both budget modes
     @pytest.mark.parametrize(("before", "after"), [(2, 1), (1, 2), (4, 2)])
     def test_an_elastic_resume_serves_every_remaining_row_once(self, before, after):
         lengths = LOGNORMAL[:3000]
