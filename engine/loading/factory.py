@@ -103,6 +103,10 @@ class DataLoaderFactory:
         forked = bool(kwargs["num_workers"]) and _forks(kwargs)
         warmed = forked and warm_token_loops_soon()  # overlaps listing shards, when the loops are cached
         source = as_source(dataset)
+        if forked and not source.fork_safe:  # e.g. Azure: forked workers would share the parent's connections
+            forked = False
+            kwargs["multiprocessing_context"] = not_forked(kwargs["multiprocessing_context"], source)
+            common["multiprocessing_context"] = worker_context(kwargs["multiprocessing_context"])
         if collate.reads_columns:  # fetched as columns where the source can, padded from them
             source = source.handing_columns()
         check_picklable(source, collate, kwargs)
@@ -249,6 +253,19 @@ def check_transforms_can_start(transforms: Mapping[str, Any], *, train: DataLoad
                 f"with a torch.Generator seeded for each row; one that draws nothing can ignore it)"
             )
         _check_sendable(transform.argument, transform.transform, config.resolve()[0])
+
+
+def not_forked(asked: Any, source: Any) -> str:
+    """'forkserver', the start method of a loader whose source forked workers cannot read (its
+    :attr:`~engine.sources.protocol.Source.fork_safe` is False); refuses ``multiprocessing_context='fork'`` asked
+    for explicitly."""
+    names = [name or type(part).__name__ for name, part in source.parts() if not part.fork_safe]
+    if asked is not None and str(getattr(asked, "_name", asked)) == "fork":
+        raise ValueError(f"multiprocessing_context='fork' cannot read {names}: its store client keeps one pool of "
+                         f"connections per process, which forked workers would share, reading each other's "
+                         f"responses; pass multiprocessing_context='forkserver' or 'spawn' (or leave it unset: "
+                         f"'forkserver' is then used)")
+    return "forkserver"
 
 
 def _start_method(kwargs: dict[str, Any]) -> str:

@@ -58,6 +58,11 @@ class MixedSource(ColumnarSource):
         """Whether any source reads the rows of coming batches ahead (sources streamed from shards)."""
         return any(source.reads_ahead for source in self.sources)
 
+    @property
+    def fork_safe(self) -> bool:  # type: ignore[override]
+        """Whether every source can be read by forked loader workers."""
+        return all(source.fork_safe for source in self.sources)
+
     def parts(self) -> list[tuple[str | None, MapSource]]:
         """The named sources, in the mixture's order."""
         return list(zip(self.names, self.sources))

@@ -99,6 +99,14 @@ class Source(Protocol):
         ...
 
     @property
+    def fork_safe(self) -> bool:
+        """Whether loader workers forked from a process that has read this source read it correctly. False where a
+        client shares state across ``fork`` that a child cannot use (pyarrow's Azure client keeps its connections in
+        one pool per process, which forked workers would share): its loaders start their workers with
+        ``forkserver``. Default: True."""
+        ...
+
+    @property
     def shuffle_window(self) -> int | None:
         """The window :meth:`epoch_blocks` shuffles rows within, which a saved state records (another window is
         another order); None without an order of its own. Default: None."""

@@ -150,6 +150,8 @@ class MapSource(Dataset):
     """How :meth:`lengths` reads the rows' lengths, as the report says it."""
     reads_ahead = False
     """Whether batches name the rows of coming batches for this source to fetch in the background."""
+    fork_safe = True
+    """Whether loader workers forked from a process that has read this source read it correctly."""
     shuffle_window: int | None = None
     """The window its epoch order shuffles rows within (see :meth:`epoch_blocks`), which a saved state records;
     None without an order of its own."""

@@ -309,6 +309,10 @@ def _container_and_account(path: str) -> tuple[str, str | None]:
     return f"{container}/{rest}" if rest else container, host.split(".", 1)[0]
 
 
+AZURE_SCHEMES = ("az://", "abfs://", "abfss://")
+"""The URL schemes of Azure Blob Storage."""
+
+
 def arrow_store(urls: list[str], storage_options: dict[str, Any] | None, *,
                 own_retries: bool = False) -> tuple[ArrowStore, list[str]] | None:
     """``(store, paths)`` of ``urls`` through pyarrow's own client when they are all ``s3://``, all ``gs://``
@@ -322,7 +326,7 @@ def arrow_store(urls: list[str], storage_options: dict[str, Any] | None, *,
         return s3_store(options, paths[0].split("/", 1)[0], retries=0 if own_retries else None), paths
     if scheme in ("gs", "gcs") and (options := gcs_options(storage_options)) is not None:
         return gcs_store(options), paths
-    if scheme in ("az", "abfs", "abfss"):
+    if f"{scheme}://" in AZURE_SCHEMES:
         named = [_container_and_account(path) for path in paths]
         accounts = {account for _, account in named if account}
         if len(accounts) <= 1 and (options := azure_options(storage_options, next(iter(accounts), None))):

@@ -27,6 +27,7 @@ from engine.sources.rows import ColumnarSource, empty_rows_error
 from engine.sources.shards import tars
 from engine.sources.shards.decode import save_array
 from engine.sources.shards.listing import ShardListing, Shards, list_shards
+from engine.sources.shards.object_stores import AZURE_SCHEMES
 from engine.sources.shards.reader import RowGroupReader
 from engine.sources.shards.text import TextTokens, text_lengths, tokenizer_hash
 
@@ -155,6 +156,13 @@ class ShardedSource(ColumnarSource):
 
     reads_ahead = True
     lengths_from = "the shards' list offsets, read column by column"
+
+    @property
+    def fork_safe(self) -> bool:  # type: ignore[override]
+        """False in Azure Blob Storage: its client (pyarrow's, through the Azure SDK's libcurl transport) keeps its
+        connections in one pool per process, so workers forked after this process read the listing would send
+        their requests on the same sockets and read each other's responses (corrupt row groups)."""
+        return not any(str(url).lower().startswith(AZURE_SCHEMES) for url in self.listing.shards.url_list)
 
     @property
     def shuffle_window(self) -> int:

@@ -2,6 +2,7 @@
 ``az://`` URL takes (pyarrow's GCS and Azure clients) from gcp-storage-emulator's server and Azurite on 127.0.0.1
 (tests/arrow_stores.py). S3 has its own file, with fault injection (test_sharded_s3.py)."""
 
+import multiprocessing
 import pickle
 
 import pytest
@@ -95,3 +96,22 @@ def test_adlfs_options_are_translated(monkeypatch):
     monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_KEY", "a2V5")
     assert azure_options({}) == {"account_name": "env", "account_key": "a2V5"}
     assert adlfs_only({"anon": True, "account_name": "a", "credential": object()}) == ["anon", "credential"]
+
+
+def test_azure_loader_workers_start_with_forkserver_and_fork_is_refused(corpus, tmp_path, store_bucket):
+    """pyarrow's Azure client keeps one pool of connections per process: workers forked after the parent listed the
+    shards would share its sockets and read each other's responses. Its loaders start their workers with
+    forkserver (same batches), and an explicit 'fork' is refused at construction; other stores keep fork."""
+    azure = store_bucket.url("corpus/").startswith("az://")
+    dm = module(shards(store_bucket, tmp_path), workers=2)
+    loader = dm.train_dataloader()
+    assert dm.datasets["train"].fork_safe is not azure
+    started = loader.multiprocessing_context
+    method = started.get_start_method() if started is not None else multiprocessing.get_start_method()
+    assert method == ("forkserver" if azure else "fork")
+    if azure:
+        forked = UniversalDataModule(shards(store_bucket, tmp_path), task_spec=SPEC, batch_size=8, val_split=0,
+                                     seed=3, num_workers=2, multiprocessing_context="fork")
+        with pytest.raises(ValueError, match=r"multiprocessing_context='fork' cannot read \['ShardedSource'\]: its "
+                                             r"store client keeps one pool of connections per process"):
+            forked.train_dataloader()
