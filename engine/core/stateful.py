@@ -94,7 +94,7 @@ class SavedAsOneLeaf:
         return SHARED_LEAF
 
     def state_dict(self) -> dict[str, bytes]:
-        """``{leaf: bytes}``: :meth:`data_state` as one value (a few hundred bytes; read it with
+        """``{leaf: bytes}``: :meth:`data_state` as one value (about 2 KB; read it with
         :meth:`data_state`)."""
         state = self.data_state()
         return {self.state_leaf(): encode_state(state)}
