@@ -110,7 +110,7 @@ class DataLoaderFactory:
         if collate.reads_columns:  # fetched as columns where the source can, padded from them
             source = source.handing_columns()
         check_picklable(source, collate, kwargs)
-        if warmed:
+        if warmed and forked:
             warm_token_loops()  # forked workers share the compiled loops instead of each loading its own
         elif kwargs["num_workers"] and not forked:
             fill_token_loops_soon()  # started workers load the loops from numba's cache, filled once here

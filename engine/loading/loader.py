@@ -41,7 +41,7 @@ from engine.core.compat import (
     unregister_worker_pids,
     worker_processes,
 )
-from engine.core.distributed import stop_together
+from engine.core.distributed import resolve_world, stop_together
 from engine.core.skipped_rows import SkipReport, WithSkippedRows
 from engine.core.stage_times import StageTimes, TimesItsStages
 from engine.core.stateful import SHARED_LEAF, SavedAsOneLeaf, rank_leaf
@@ -129,9 +129,7 @@ class ResumableLoader(SavedAsOneLeaf, WatchesItsIterator, BuildsWorkerProcessIte
         if not self.is_stream:
             return SHARED_LEAF
         rank = getattr(self.dataset, "rank", None)
-        if rank is None:
-            rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-        return rank_leaf(rank)
+        return rank_leaf(resolve_world()[0] if rank is None else rank)
 
     def load_data_state(self, state_dict: Mapping[str, Any]) -> None:
         """Continue from ``state_dict`` (from :meth:`data_state`) at the next ``iter``; the sampler's part is
