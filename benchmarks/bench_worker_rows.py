@@ -72,8 +72,7 @@ def write_data(folder: Path, count: int) -> None:
 def worker_memory(workers: set[int]) -> dict[int, tuple[int, int]]:
     """Each worker's ``(USS, private dirty bytes)``: USS also counts file pages of the memory-mapped rows that only
     that worker has mapped (clean, dropped by the kernel under pressure); dirty private pages are the worker's own.
-    ``workers``: the loader iterator's worker pids (another child process, such as the one filling numba's cache on
-    a new install, is not a worker)."""
+    ``workers``: the loader iterator's worker pids (another child process of the reader's is not a worker)."""
     import psutil
 
     found = {}

@@ -14,139 +14,49 @@ Row ``r`` keeps ``kept[r]`` elements, at the start of the row (right padding) or
 other position holds the pad value; ``kept <= width`` (the padding layout's kept lengths).
 
 Loading the loops (importing numba, then each loop from its disk cache, or compiling it when the cache is empty)
-takes about a second in a fresh process, and several when it compiles. A loader worker does not wait for it: its
-first batches run the same loops as Python (the same values: integer copies, and float32 operations in the same
-order) while a thread of its own loads them from the disk cache (:func:`loaded`), started once its first batch is
-done (:func:`collators.compiled.hold_loading`); a forked worker whose parent had loaded them inherits them (and
-shares their memory: the loader loads them before forking workers when numba's disk cache holds them,
-:func:`cached`). A worker never compiles them: compiling costs seconds of CPU and tens of MiB of private memory in
-every worker, and a short-lived worker on a busy machine is stopped before it finishes, so the cache would stay
-incomplete run after run. While the cache lacks them, a worker runs the Python loops, and one process of the lowest
-CPU priority compiles them into the cache (:func:`fill_cache_soon`, started by the loader that forks the workers);
-the loaders after it load them before forking. Any other process loads them at its first call.
+takes about a second in a fresh process, and several when it compiles. A loader worker never loads them: it runs
+each loop's numpy twin instead (:class:`KernelLoop`; the same values: integer copies, and float32 operations in the same
+order), a handful of numpy calls that cost tens of microseconds more per batch. Loading them in every worker would
+cost each one numba's import (about 100 MiB of private memory) and, before the parent forks them, would hold the
+first batch back by that second. A worker forked from a process that has loaded them (:func:`load`, called by
+:func:`collators.text.warm_token_loops`, or by any loop's first call outside a worker) inherits them, shared.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
-import subprocess
-import sys
-import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-from torch.utils.data import get_worker_info
 
-from collators.compiled import after_first_batch, compiled
+from collators.compiled import Loop, compiled
 
 INT64_MAX, INT64_MIN = 2**63 - 1, -2**63
 NOT_WRITTEN = np.empty((0, 0), dtype=np.int64)
 """The ``mask`` or ``labels`` of :func:`pad_spans` that it does not write."""
 
 
-class Loop:
-    """One loop of this module: its compiled form where this process has loaded it (:func:`loaded`), else the
-    Python function itself (a loader worker's first batches, while a thread loads them)."""
+class KernelLoop(Loop):
+    """A :class:`~collators.compiled.Loop` of this module: loading one loads them all (:func:`load`)."""
 
-    def __init__(self, function: Callable[..., Any]) -> None:
-        self.function = function
-        self.dispatcher: Any = None
-        self.__doc__, self.__name__ = function.__doc__, function.__name__
+    def __init__(self, function: Callable[..., Any], twin: Callable[..., Any]) -> None:
+        super().__init__(function, twin)
         LOOPS.append(self)
 
-    def __call__(self, *args: Any) -> Any:
-        dispatcher = self.dispatcher
-        if dispatcher is None and loaded():
-            dispatcher = self.dispatcher
-        return (self.function if dispatcher is None else dispatcher)(*args)
-
-
-LOOPS: list[Loop] = []
-"""The loops :func:`load` compiles, in the order of this module."""
-_LOADING: dict[int, threading.Thread] = {}
-"""``{pid: thread}``: the thread loading the loops in loader worker ``pid``."""
-_FAILURES: list[BaseException] = []
-"""What that thread raised; :func:`loaded` raises it again in the worker's own thread."""
-_PYTHON_ONLY: set[int] = set()
-"""Loader workers (pids) that found numba's disk cache without the loops: they run the Python loops."""
-_FILLERS: dict[int, subprocess.Popen] = {}
-"""``{pid: process}``: the process compiling the loops into the disk cache that process ``pid`` started."""
-FILL = "import os; os.nice(19); from collators._kernels import load; load()"
-"""What :func:`fill_cache_soon`'s process runs."""
-
-
-def loaded() -> bool:
-    """Whether this process runs the compiled loops. Outside loader workers they are loaded here, on the first
-    call. A loader worker that has not inherited them starts loading them from numba's disk cache in a thread of its
-    own (once), after its first batch when the loader holds the loading (:func:`collators.compiled.hold_loading`),
-    and runs the Python loops meanwhile; a failure of that thread is raised by the next call. A worker whose first
-    call finds the cache without them runs the Python loops for its life (it compiles nothing)."""
-    if _ready():
-        return True
-    if get_worker_info() is None:
+    def load(self) -> Any:
         load()
-        return True
-    pid = os.getpid()
-    if pid in _PYTHON_ONLY:
-        return False
-    if pid not in _LOADING and not cached():
-        _PYTHON_ONLY.add(pid)
-        return False
-    if not after_first_batch(load_soon):
-        load_soon()
-    return False
+        return self.dispatcher
 
 
-def fill_cache_soon() -> bool:
-    """Start one process, at the lowest CPU priority, that compiles the loops into numba's disk cache, unless the
-    cache holds them or this process started one already; returns whether it started. A loader calls it before
-    forking workers that would otherwise find no loops to load (:func:`loaded`): the loaders after it load them
-    from the cache. The process's messages (numba's warning where it finds no writable cache) go to this one's
-    stderr; it ends when the loops are compiled."""
-    running = _FILLERS.get(os.getpid())
-    if cached() or (running is not None and running.poll() is None):
-        return False
-    package_root = str(Path(os.path.abspath(__file__)).parents[1])
-    path = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
-    _FILLERS[os.getpid()] = subprocess.Popen([sys.executable, "-c", FILL], env={**os.environ, "PYTHONPATH": path},
-                                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-    return True
-
-
-def _ready() -> bool:
-    return all(loop.dispatcher is not None for loop in LOOPS)
-
-
-def load_soon() -> None:
-    """Start :func:`load` in a thread of this process (once); raise what it raised, if it failed. Nothing may fork
-    this process before :func:`load` has waited for it: a forked child would inherit numba's locks as the thread
-    holds them."""
-    if _FAILURES:
-        raise RuntimeError("loading the compiled loops (collators._kernels, numba) failed in this process; the "
-                           "error above says why") from _FAILURES[0]
-    if not _ready() and os.getpid() not in _LOADING:
-        _LOADING[os.getpid()] = thread = threading.Thread(target=_load_noting_failure, name="load-loops",
-                                                          daemon=True)
-        thread.start()
+LOOPS: list[KernelLoop] = []
+"""The loops :func:`load` compiles, in the order of this module."""
 
 
 def load() -> None:
     """Compile every loop (from numba's disk cache when it holds them) for the argument types of :func:`warm`,
-    then let the loops use them; waits for a loading that :func:`load_soon` started. The inner loops that others
-    call (:func:`_write_row`, :func:`_mask_row`) are registered with numba, so that the compiled loops call them
-    compiled and the Python ones as Python."""
-    thread = _LOADING.get(os.getpid())
-    if thread is not None:
-        thread.join()
-        load_soon()  # raises what the thread raised
-    _load_now()
-
-
-def _load_now() -> None:
-    if _ready():
+    then let the loops use them. The inner loops that others call (:func:`_write_row`, :func:`_mask_row`) are
+    registered with numba, so that the compiled loops call them compiled."""
+    if all(loop.dispatcher is not None for loop in LOOPS):
         return
     from numba.extending import register_jitable
 
@@ -156,27 +66,6 @@ def _load_now() -> None:
     warm(*dispatchers)
     for loop, dispatcher in zip(LOOPS, dispatchers):
         loop.dispatcher = dispatcher
-
-
-def cached() -> bool:
-    """Whether numba's disk cache holds every loop for this Python (its index files, beside this module or under
-    ``NUMBA_CACHE_DIR``): loading them then compiles nothing (about half a second, mostly importing numba)."""
-    source = Path(os.path.abspath(__file__))
-    if os.environ.get("NUMBA_CACHE_DIR"):  # numba's _CacheLocator.get_suitable_cache_subpath
-        digest = hashlib.sha1(str(source.parent).encode()).hexdigest()
-        folder = Path(os.environ["NUMBA_CACHE_DIR"]) / f"{source.parent.name}_{digest}"
-    else:
-        folder = source.parent / "__pycache__"
-    tag = f"py{sys.version_info.major}{sys.version_info.minor}"
-    return all((folder / f"{source.stem}.{loop.function.__qualname__}-{loop.function.__code__.co_firstlineno}."
-                         f"{tag}.nbi").exists() for loop in LOOPS)
-
-
-def _load_noting_failure() -> None:
-    try:
-        _load_now()
-    except BaseException as error:  # noqa: BLE001  raised in the process's own thread by load_soon()
-        _FAILURES.append(error)
 
 
 def pad_spans(values: np.ndarray, starts: np.ndarray, kept: np.ndarray, left: bool, pad_value: int,
@@ -269,8 +158,68 @@ def scale_normalize(images: np.ndarray, scale: np.float32, mean: np.ndarray, std
                 out[b, c, i] = (np.float32(images[b, c, i]) * scale - shift) / spread
 
 
+def _kept_positions(kept: np.ndarray, left: bool, width: int) -> np.ndarray:
+    """``[rows, width]`` bools: True at each row's ``kept[r]`` kept positions (its end when ``left``)."""
+    positions = np.arange(width)
+    return positions >= (width - kept)[:, None] if left else positions < kept[:, None]
+
+
+def pad_spans_twin(values: np.ndarray, starts: np.ndarray, kept: np.ndarray, left: bool, pad_value: int,
+                   out: np.ndarray, mask: np.ndarray, labels: np.ndarray, label_pad: int) -> tuple[int, int, int]:
+    """:func:`pad_spans` in numpy: the kept values gathered by one flat index, written by a boolean mask (its True
+    positions in row-major order are the rows' kept values in order); the same values, refusals and range."""
+    rows, width = out.shape
+    used = kept > 0
+    outside = np.flatnonzero(used & ((starts < 0) | (starts + kept > len(values))))
+    ends = np.flatnonzero(used[:outside[0]] if len(outside) else used)  # the rows read before a refusal
+    ends_seen = np.concatenate([values[starts[ends]], values[starts[ends] + kept[ends] - 1]]).astype(np.int64)
+    if len(outside):  # the range of the rows before it, as the loop's first pass leaves it
+        return (int(outside[0]), int(ends_seen.min()) if len(ends_seen) else INT64_MAX,
+                int(ends_seen.max()) if len(ends_seen) else INT64_MIN)
+    total = int(kept.sum())
+    index = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(kept) - kept - starts, kept)
+    flat = values[index].astype(np.int64)
+    keep = _kept_positions(kept, left, width)
+    out.fill(pad_value)
+    out[keep] = flat
+    if rows and mask.shape[0] == rows:  # NOT_WRITTEN has no rows
+        mask[...] = keep
+    if rows and labels.shape[0] == rows:
+        labels.fill(label_pad)
+        labels[keep] = flat
+    return -1, int(flat.min()) if total else INT64_MAX, int(flat.max()) if total else INT64_MIN
+
+
+def first_span_outside_twin(size: int, starts: np.ndarray, lengths: np.ndarray) -> int:
+    """:func:`first_span_outside` in numpy."""
+    outside = np.flatnonzero((lengths < 0) | (starts < 0) | (starts + lengths > size))
+    return int(outside[0]) if len(outside) else -1
+
+
+def repad_rows_twin(source: np.ndarray, kept: np.ndarray, left: bool, pad_value: int, out: np.ndarray) -> None:
+    """:func:`repad_rows` in numpy."""
+    keep = _kept_positions(kept, left, out.shape[1])
+    np.copyto(out, source, casting="unsafe", where=keep)
+    out[~keep] = pad_value
+
+
+def write_mask_twin(kept: np.ndarray, left: bool, out: np.ndarray) -> None:
+    """:func:`write_mask` in numpy."""
+    out[...] = _kept_positions(kept, left, out.shape[1])
+
+
+def scale_normalize_twin(images: np.ndarray, scale: np.float32, mean: np.ndarray, std: np.ndarray,
+                         out: np.ndarray) -> None:
+    """:func:`scale_normalize` in numpy: the same float32 operations, one pass each."""
+    np.multiply(images, scale, out=out, dtype=np.float32)
+    out -= mean[None, :, None]
+    out /= std[None, :, None]
+
+
 pad_spans, first_span_outside, repad_rows, write_mask, scale_normalize = (
-    Loop(pad_spans), Loop(first_span_outside), Loop(repad_rows), Loop(write_mask), Loop(scale_normalize))
+    KernelLoop(pad_spans, pad_spans_twin), KernelLoop(first_span_outside, first_span_outside_twin),
+    KernelLoop(repad_rows, repad_rows_twin), KernelLoop(write_mask, write_mask_twin),
+    KernelLoop(scale_normalize, scale_normalize_twin))
 
 TOKEN_DTYPES = (np.int32, np.int64)
 """The dtypes of token values that :func:`warm` compiles the loops for (Arrow's list<int32> and list<int64>

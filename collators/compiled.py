@@ -1,16 +1,18 @@
 """Loops compiled with numba as the engine compiles them: on first call, cached on disk, releasing the GIL.
 
 The collators' padding loops (``collators._kernels``) and the engine's own (a mixture's block walks, a mixed
-batch's span copy) are compiled this way. A loader worker that has to load the collators' loops itself (a spawned
-one) does so after its first batch (:func:`hold_loading`), running them as Python until then.
+batch's span copy) are compiled this way. A loop that runs in loader workers has a numpy twin (:class:`Loop`):
+a worker runs the twin unless it inherited the compiled loop from the process that forked it, so that no worker
+imports numba (about 100 MiB of private memory each, and a second before its loops run).
 """
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Callable
 from typing import Any
+
+from torch.utils.data import get_worker_info
 
 
 def compiled(function: Callable[..., Any]) -> Any:
@@ -30,35 +32,25 @@ def compiled(function: Callable[..., Any]) -> Any:
         return numba.njit(nogil=True)(function)
 
 
-_HELD: dict[int, Callable[[], None] | None] = {}
-"""``{pid: start}``: a loader worker whose first batch is in progress (:func:`hold_loading`), and the loading to
-start when it is done (given by :func:`after_first_batch`; None while the batch has asked for none)."""
-_RELEASED: set[int] = set()
-"""The loader workers whose first batch is done (:func:`release_loading`)."""
+class Loop:
+    """A loop compiled at its first call outside loader workers (:func:`compiled`), and its numpy ``twin`` (the same
+    values) that a loader worker runs unless the process that forked it had compiled the loop."""
 
+    def __init__(self, function: Callable[..., Any], twin: Callable[..., Any]) -> None:
+        self.function, self.twin = function, twin
+        self.dispatcher: Any = None
+        self.__doc__, self.__name__ = function.__doc__, function.__name__
 
-def hold_loading() -> None:
-    """Called by a loader worker before each batch: until its first batch is done (:func:`release_loading`), the
-    collators' loops are not loaded in it (:func:`collators._kernels.loaded`). Importing numba in a thread beside
-    the first batch competes with it for the GIL and the import lock (a first batch of text took up to 0.6 s
-    instead of 30 ms), and the first batch is what a training run waits for."""
-    if os.getpid() not in _RELEASED:
-        _HELD.setdefault(os.getpid(), None)
+    def __call__(self, *args: Any) -> Any:
+        dispatcher = self.dispatcher
+        if dispatcher is None:
+            if get_worker_info() is not None:
+                return self.twin(*args)
+            dispatcher = self.load()
+        return dispatcher(*args)
 
-
-def release_loading() -> None:
-    """Called by a loader worker after each batch: after its first, start the loading that batch asked for."""
-    if os.getpid() in _HELD:
-        start = _HELD.pop(os.getpid())
-        _RELEASED.add(os.getpid())
-        if start is not None:
-            start()
-
-
-def after_first_batch(start: Callable[[], None]) -> bool:
-    """Whether this process is a loader worker whose first batch is in progress: ``start`` (a loading) is then
-    called when the batch is done, instead of now."""
-    if os.getpid() not in _HELD:
-        return False
-    _HELD[os.getpid()] = start
-    return True
+    def load(self) -> Any:
+        """The compiled loop, compiled (or loaded from numba's disk cache) now unless it was."""
+        if self.dispatcher is None:
+            self.dispatcher = compiled(self.function)
+        return self.dispatcher

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from collators._kernels import loaded, scale_normalize
+from collators._kernels import scale_normalize
 
 NORMALIZATION_PRESETS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "imagenet": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
@@ -66,14 +66,10 @@ def scale_uint8(stacked: torch.Tensor, mean: np.ndarray, std: np.ndarray) -> tor
     """A uint8 ``[B, C, H, W]`` batch scaled to float32 [0, 1] by 1/255 (``to_dtype(scale=True)``), then
     ``(x - mean) / std`` per channel (float32 arrays; zeros and ones to scale only): the values of torchvision's
     ops, bit for bit, in one compiled pass (:func:`collators._kernels.scale_normalize`), or, in a loader worker
-    still loading the compiled loops (:func:`collators._kernels.loaded`), by those ops themselves (a cast and three
-    in-place ops)."""
+    without the compiled loops, by its numpy twin (a cast and three in-place ops)."""
     if stacked.ndim != 4 or not len(mean) == len(std) == stacked.shape[1]:
         raise ValueError(f"scale_uint8 needs a [B, C, H, W] batch and C values of mean and std, but got a batch of "
                          f"shape {tuple(stacked.shape)}, mean={mean.tolist()}, std={std.tolist()}")
-    if not loaded():  # to_dtype(scale=True), then normalize's sub_ and div_, as torchvision runs them
-        pixels = stacked.to(torch.float32).mul_(1.0 / 255)
-        return pixels.sub_(torch.from_numpy(mean).view(-1, 1, 1)).div_(torch.from_numpy(std).view(-1, 1, 1))
     out = torch.empty(stacked.shape, dtype=torch.float32)
     batch, channels = stacked.shape[:2]
     scale_normalize(stacked.numpy().reshape(batch, channels, -1), np.float32(1.0 / 255), mean, std,

@@ -11,7 +11,7 @@ import torch
 from collators import _text_options as opts
 from collators._extra import collate_extra
 from collators._generator import OwnGenerator
-from collators._kernels import cached, fill_cache_soon, load, load_soon
+from collators._kernels import load
 from collators._padding import PaddingLayout, check_padding_side, padded_length
 from collators._text_batch import ColumnInputs, RaggedColumn, RowInputs, SpanColumn, batch_inputs
 from collators._text_inputs import flatten_ids, tokenize_column
@@ -257,28 +257,8 @@ def create_text_collator(task_spec: TaskSpec | None = None, **kwargs: Any) -> Te
 
 def warm_token_loops() -> None:
     """Load the compiled padding loops in this process (:func:`collators._kernels.load`: from numba's disk cache
-    when it holds them, else compiled) for the usual argument types, rather than at the first batch. Loader workers
-    forked afterwards inherit them (and share their memory: about 35 MiB of private memory per worker otherwise)
-    instead of each loading its own in a thread while its first batches run the same loops as Python. Waits for a
-    loading that :func:`warm_token_loops_soon` started."""
+    when it holds them, else compiled) for the usual argument types, rather than at the first batch that runs them
+    here. Loader workers forked afterwards inherit them (shared) instead of running their numpy twins, a few tens of
+    microseconds more per batch; the loader does not do this itself, since loading takes about a second on the way to
+    the first batch."""
     load()
-
-
-def fill_token_loops_soon() -> bool:
-    """Start one low-priority process that compiles the loops into numba's disk cache unless it holds them
-    (:func:`collators._kernels.fill_cache_soon`), for loader workers this process starts rather than forks: they
-    load the loops from the cache, or run them as Python while it lacks them. Returns whether it started."""
-    return fill_cache_soon()
-
-
-def warm_token_loops_soon() -> bool:
-    """Start loading the compiled loops in a thread of this process when numba's disk cache holds them (loading
-    then compiles nothing), for work that waits on I/O meanwhile (listing shards in object storage); returns
-    whether it started. :func:`warm_token_loops` waits for it; nothing may fork this process before that. When the
-    cache lacks them, one low-priority process compiles them into it instead
-    (:func:`collators._kernels.fill_cache_soon`): the loader workers forked meanwhile run them as Python."""
-    if not cached():
-        fill_cache_soon()
-        return False
-    load_soon()
-    return True

@@ -16,7 +16,6 @@ from typing import Any
 import torch
 from torch.utils.data import get_worker_info
 
-from collators.compiled import hold_loading, release_loading
 from engine.collation.seeded_collate import SeededCollate
 from engine.core.compat import new_shared_storage, result_pipe
 from engine.core.skipped_rows import WithSkippedRows
@@ -37,11 +36,7 @@ class WorkerCollate(SeededCollate):
     def __call__(self, rows: list[Any]) -> Any:
         if get_worker_info() is None:
             return super().__call__(rows)
-        hold_loading()  # the compiled loops load after the worker's first batch, not beside it
-        try:
-            batch = super().__call__(rows)
-        finally:
-            release_loading()
+        batch = super().__call__(rows)
         inner = batch.batch if type(batch) is WithSkippedRows else batch
         large = _tensor_bytes(inner) > INLINE_BYTES
         handed = batch.with_batch(hand_off(inner)) if type(batch) is WithSkippedRows else hand_off(inner)

@@ -26,7 +26,6 @@ from engine.loading.factory import (
     DataLoaderFactory,
     check_transforms_can_start,
     check_workers_can_start,
-    warm_while_listing,
 )
 from engine.loading.settings import BY_NAME, NOT_RECORDED, check_module_settings
 from engine.loading.state import TrainPosition
@@ -149,7 +148,6 @@ class DataModule(CheckpointedModule):
         check_module_settings(settings)
         self._record_configuration(options.checkpoint_configuration(settings, NOT_CHECKPOINTED))
         self.constructor_arguments = settings  # as given (the seed drawn): verify_resume builds twins from them
-        warm_while_listing([train_data, val_data, test_data, predict_data], num_workers, multiprocessing_context)
         self.mixture = as_mixture(mix) if mix is not None else None
         named = is_named_datasets(train_data, task_spec, mixed=self.mixture.names if self.mixture else None)
         if named and self.mixture is None:

@@ -33,7 +33,6 @@ from engine.sampling.seeded import SeededBatchSampler
 from engine.sources.adapt import as_source
 from engine.sources.lengths import lengths_of
 from engine.sources.protocol import epoch_blocks_of
-from engine.sources.shards.listing import is_shard_data
 
 
 class DataLoaderFactory:
@@ -100,20 +99,14 @@ class DataLoaderFactory:
                 )
             check_picklable(dataset, collate, kwargs)
             return ResumableLoader(dataset, batch_size=config.batch_size, drop_last=config.drop_last, **common)
-        forked = bool(kwargs["num_workers"]) and _forks(kwargs)
-        warmed = forked and warm_token_loops_soon()  # overlaps listing shards, when the loops are cached
         source = as_source(dataset)
-        if forked and not source.fork_safe:  # e.g. Azure: forked workers would share the parent's connections
-            forked = False
+        if kwargs["num_workers"] and _forks(kwargs) and not source.fork_safe:
+            # e.g. Azure: forked workers would share the parent's connections
             kwargs["multiprocessing_context"] = not_forked(kwargs["multiprocessing_context"], source)
             common["multiprocessing_context"] = worker_context(kwargs["multiprocessing_context"])
         if collate.reads_columns:  # fetched as columns where the source can, padded from them
             source = source.handing_columns()
         check_picklable(source, collate, kwargs)
-        if warmed and forked:
-            warm_token_loops()  # forked workers share the compiled loops instead of each loading its own
-        elif kwargs["num_workers"] and not forked:
-            fill_token_loops_soon()  # started workers load the loops from numba's cache, filled once here
         if batch_sampler is not None:
             return _attach_epoch_handle(_map_loader(source, batch_sampler, config, common))
         sampler = SeededBatchSampler(
@@ -125,6 +118,7 @@ class DataLoaderFactory:
             num_replicas=num_replicas,
             rank=rank,
             uneven=uneven,
+            order=block_order(source) if config.shuffle else None,  # sharded data: row groups in a seeded order
         )
         return _attach_epoch_handle(_map_loader(source, sampler, config, common))
 
@@ -272,38 +266,6 @@ def _start_method(kwargs: dict[str, Any]) -> str:
     return kwargs["multiprocessing_context"] or multiprocessing.get_start_method(allow_none=True) or (
         multiprocessing.get_context().get_start_method()
     )
-
-
-def warm_while_listing(data: list[Any], num_workers: int, multiprocessing_context: str | None) -> None:
-    """Start loading the token loops (:func:`~collators.text.warm_token_loops_soon`, when numba's disk cache holds
-    them) when ``data`` (what a module was given; a dict: its values) holds shards and loader workers will fork:
-    the loops are then ready, or nearly, once the shards are listed, rather than loaded after it on the way to the
-    first batch. The factory waits for them before the workers fork."""
-    given = [part for item in data for part in (item.values() if isinstance(item, Mapping) else [item])]
-    if num_workers and _forks({"multiprocessing_context": multiprocessing_context}) and any(
-            map(is_shard_data, given)):
-        warm_token_loops_soon()
-
-
-def warm_token_loops() -> None:
-    """:func:`collators.text.warm_token_loops`; the text collator's module (and numba) is imported when called."""
-    from collators.text import warm_token_loops as warm
-
-    warm()
-
-
-def fill_token_loops_soon() -> bool:
-    """:func:`collators.text.fill_token_loops_soon`; the text collator's module is imported when called."""
-    from collators.text import fill_token_loops_soon as fill_soon
-
-    return fill_soon()
-
-
-def warm_token_loops_soon() -> bool:
-    """:func:`collators.text.warm_token_loops_soon`; the text collator's module is imported when called."""
-    from collators.text import warm_token_loops_soon as warm_soon
-
-    return warm_soon()
 
 
 def _forks(kwargs: dict[str, Any]) -> bool:

@@ -3,7 +3,7 @@ equal a plain Python reference on random layouts: every integer and bool dtype, 
 buffers, both padding sides, truncated rows, empty rows and empty batches; other dtypes keep the numpy path, with
 the same result."""
 
-import os
+import contextlib
 
 import numpy as np
 import pytest
@@ -54,6 +54,10 @@ def layouts(draw):
 @settings(max_examples=300, deadline=None)
 @given(layouts())
 def test_gather_repad_and_mask_equal_the_reference(case):
+    check_gather_repad_and_mask(case)
+
+
+def check_gather_repad_and_mask(case):
     values, starts, lengths, width, side, pad_value = case
     layout = PaddingLayout(lengths, length=width, padding_side=side)
     expected = reference(values, starts, lengths, width, side, pad_value)
@@ -74,6 +78,10 @@ def test_gather_repad_and_mask_equal_the_reference(case):
 @settings(max_examples=300, deadline=None)
 @given(layouts(), st.sampled_from(["mask", "labels", "both", "neither"]))
 def test_gather_tokens_writes_ids_mask_and_labels_in_one_pass_and_returns_the_kept_range(case, extras):
+    check_gather_tokens(case, extras)
+
+
+def check_gather_tokens(case, extras):
     values, starts, lengths, width, side, pad_value = case
     layout = PaddingLayout(lengths, length=width, padding_side=side)
     expected = reference(values, starts, lengths, width, side, pad_value)
@@ -179,12 +187,39 @@ def test_warmed_loops_serve_arrow_token_rows_without_compiling():
     assert len(pad_spans.dispatcher.overloads) == compiled  # a forked worker inherits these: it compiles nothing
 
 
+@contextlib.contextmanager
+def as_a_loader_worker():
+    """The loops as a loader worker runs them when the process that forked it had not loaded them: their numpy
+    twins. A worker never loads the compiled ones; they are back afterwards."""
+    from collators import _kernels, compiled
+
+    saved, worker_info = [loop.dispatcher for loop in _kernels.LOOPS], compiled.get_worker_info
+    try:
+        for loop in _kernels.LOOPS:
+            loop.dispatcher = None
+        compiled.get_worker_info = lambda: object()
+        yield
+        assert not any(loop.dispatcher for loop in _kernels.LOOPS)
+    finally:
+        compiled.get_worker_info = worker_info
+        for loop, dispatcher in zip(_kernels.LOOPS, saved):
+            loop.dispatcher = dispatcher
+
+
+@settings(max_examples=300, deadline=None)
+@given(layouts(), st.sampled_from(["mask", "labels", "both", "neither"]))
+def test_a_loader_workers_numpy_twins_give_the_reference_values(case, extras):
+    with as_a_loader_worker():
+        check_gather_repad_and_mask(case)
+        check_gather_tokens(case, extras)
+
+
 @settings(max_examples=150, deadline=None, derandomize=True, database=None)
 @given(st.lists(st.integers(0, 6), min_size=1, max_size=5), st.booleans(), st.sampled_from([np.int32, np.int64]),
        st.integers(-2, 9))
-def test_the_python_loops_a_worker_runs_while_loading_give_the_compiled_values(lengths, left, dtype, pad):
-    """A loader worker's first batches run the loops as Python (:func:`collators._kernels.loaded`): the padded
-    rows, mask, labels, value range and refusals are those of the compiled loops."""
+def test_the_numpy_twins_give_the_compiled_values_refusals_and_ranges(lengths, left, dtype, pad):
+    """A loader worker runs the loops' numpy twins (:class:`collators._kernels.KernelLoop`): the padded rows, mask,
+    labels, value range and refusals (with the range found before them) are those of the compiled loops."""
     from collators import _kernels
 
     _kernels.load()
@@ -196,93 +231,32 @@ def test_the_python_loops_a_worker_runs_while_loading_give_the_compiled_values(l
         kept[-1] = max(kept[-1], 1)
     width = int(kept.max()) + 1
     results = []
-    for run in (_kernels.pad_spans.dispatcher, _kernels.pad_spans.function):
+    for run in (_kernels.pad_spans.dispatcher, _kernels.pad_spans.twin):
         out, mask, labels = (np.full((len(kept), width), 7, dtype=np.int64) for _ in range(3))
         found = run(values, starts, kept, left, pad, out, mask, labels, -100)
         results.append(([int(value) for value in found], out.tolist(), mask.tolist(), labels.tolist()))
     assert results[0] == results[1]
     outside = [run(values.size, starts, kept) for run in (_kernels.first_span_outside.dispatcher,
-                                                           _kernels.first_span_outside.function)]
+                                                           _kernels.first_span_outside.twin)]
     assert outside[0] == outside[1]
-    masks = []
-    for run in (_kernels.write_mask.dispatcher, _kernels.write_mask.function):
-        out = np.full((len(kept), width), 7, dtype=np.int64)
-        run(np.minimum(kept, width), left, out)
-        masks.append(out.tolist())
-    assert masks[0] == masks[1]
+    for loop in (_kernels.write_mask, _kernels.repad_rows):
+        written = []
+        for run in (loop.dispatcher, loop.twin):
+            out = np.full((len(kept), width), 7, dtype=np.int64)
+            arguments = (np.minimum(kept, width), left, out) if loop is _kernels.write_mask else (
+                np.arange(out.size).reshape(out.shape), np.minimum(kept, width), left, pad, out)
+            run(*arguments)
+            written.append(out.tolist())
+        assert written[0] == written[1]
 
 
-def test_a_worker_that_finds_no_cached_loops_runs_them_as_python_and_compiles_nothing(monkeypatch):
-    """A loader worker whose parent had no loops to give it, and whose disk cache lacks them, runs the Python loops
-    for its life: it starts no thread that would compile them (seconds of CPU, tens of MiB in every worker)."""
+def test_the_scale_normalize_twin_equals_the_compiled_loop_bit_for_bit():
     from collators import _kernels
 
-    started = []
-    monkeypatch.setattr(_kernels, "get_worker_info", lambda: object())  # as in a loader worker
-    monkeypatch.setattr(_kernels, "_ready", lambda: False)
-    monkeypatch.setattr(_kernels, "_PYTHON_ONLY", set())
-    monkeypatch.setattr(_kernels, "load_soon", lambda: started.append(1))
-    monkeypatch.setattr(_kernels, "cached", lambda: False)
-    assert not _kernels.loaded() and not _kernels.loaded()
-    assert started == []
-    monkeypatch.setattr(_kernels, "_PYTHON_ONLY", set())  # a worker of a later loader, once the cache holds them
-    monkeypatch.setattr(_kernels, "cached", lambda: True)
-    assert not _kernels.loaded()
-    assert started == [1]
-
-
-def test_one_low_priority_process_compiles_the_loops_into_an_empty_cache(monkeypatch, tmp_path):
-    """Before forking workers over an empty disk cache the loader starts one process that fills it (once): the
-    loaders after it find the loops there and load them before forking."""
-    from collators import _kernels
-    from collators.text import warm_token_loops_soon
-
-    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(_kernels, "_FILLERS", {})
-    assert not _kernels.cached()
-    assert not warm_token_loops_soon()  # nothing to load yet: the filler starts instead
-    assert not _kernels.fill_cache_soon()  # one at a time
-    filler = _kernels._FILLERS[os.getpid()]
-    assert filler.wait(timeout=900) == 0
-    assert _kernels.cached()
-    assert not _kernels.fill_cache_soon()
-
-
-def _as_a_loader_worker(monkeypatch):
-    """collators._kernels as in a loader worker that has not loaded the loops; returns the loadings it starts."""
-    from collators import _kernels, compiled
-
-    started = []
-    monkeypatch.setattr(_kernels, "get_worker_info", lambda: object())
-    monkeypatch.setattr(_kernels, "_ready", lambda: False)
-    monkeypatch.setattr(_kernels, "load_soon", lambda: started.append("loading"))
-    monkeypatch.setattr(_kernels, "cached", lambda: True)  # numba's disk cache holds them
-    monkeypatch.setattr(_kernels, "_PYTHON_ONLY", set())
-    monkeypatch.setattr(compiled, "_HELD", {})
-    monkeypatch.setattr(compiled, "_RELEASED", set())
-    return _kernels, compiled, started
-
-
-def test_a_loader_worker_loads_the_loops_after_its_first_batch_not_beside_it(monkeypatch):
-    kernels, compiled, started = _as_a_loader_worker(monkeypatch)
-    compiled.hold_loading()
-    assert kernels.loaded() is False and kernels.loaded() is False  # the first batch runs the Python loops
-    assert started == []
-    compiled.release_loading()
-    assert started == ["loading"]
-    compiled.hold_loading()  # later batches hold nothing
-    assert kernels.loaded() is False and started == ["loading", "loading"]
-
-
-def test_a_first_batch_that_ran_no_loop_starts_no_loading_and_a_later_loop_call_does(monkeypatch):
-    kernels, compiled, started = _as_a_loader_worker(monkeypatch)
-    compiled.hold_loading()
-    compiled.release_loading()
-    assert started == []
-    kernels.loaded()
-    assert started == ["loading"]
-
-
-def test_a_worker_of_another_loader_loads_the_loops_at_its_first_loop_call(monkeypatch):
-    kernels, compiled, started = _as_a_loader_worker(monkeypatch)  # nothing holds the loading: a user's own DataLoader
-    assert kernels.loaded() is False and started == ["loading"]
+    _kernels.load()
+    images = np.random.default_rng(0).integers(0, 256, (3, 3, 500), dtype=np.uint8)
+    mean, std = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
+    outs = [np.full(images.shape, np.nan, np.float32) for _ in range(2)]
+    for run, out in zip((_kernels.scale_normalize.dispatcher, _kernels.scale_normalize.twin), outs):
+        run(images, np.float32(1 / 255), mean, std, out)
+    assert outs[0].tobytes() == outs[1].tobytes()

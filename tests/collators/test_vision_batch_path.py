@@ -79,11 +79,12 @@ class TestUint8AgainstTorchvision:
         assert torch.equal(scaled, reference(images, [0] * 3, None)["pixel_values"])
 
     @pytest.mark.parametrize("name", list(STATS))
-    def test_a_worker_still_loading_the_compiled_pass_gives_the_same_bits(self, name: str, monkeypatch) -> None:
-        """A loader worker scales its first batches with torch's ops while it loads the compiled pass."""
-        import collators.images
+    def test_a_loader_workers_numpy_twin_gives_the_same_bits(self, name: str, monkeypatch) -> None:
+        """A loader worker without the compiled pass scales with its numpy twin: torchvision's values, bit for bit."""
+        from collators import _kernels, compiled
 
-        monkeypatch.setattr(collators.images, "loaded", lambda: False)
+        monkeypatch.setattr(_kernels.scale_normalize, "dispatcher", None)
+        monkeypatch.setattr(compiled, "get_worker_info", lambda: object())
         images = every_value_images()
         mean, std = STATS[name]
         batch = VisionCollator(mean=mean, std=std)(images)["pixel_values"]

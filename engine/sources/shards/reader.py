@@ -42,6 +42,11 @@ from engine.sources.shards.object_stores import arrow_transient
 OPEN_GROUPS = 64
 """Row groups a process keeps open (memory-mapped, so this costs address space, not private memory)."""
 
+FETCH_THREADS = 4
+"""Row groups a process fetches at once: a batch's missing row groups (a shuffle window spans several) and the
+next batch's, read ahead. The latency of a fetch is the store's round trip, so they overlap; each holds its row
+group's bytes until it is decoded, one decode at a time."""
+
 CACHE_FORMAT = "2"
 """Part of every cache file's name: raised when the cached layout changes, so old files are not read."""
 
@@ -144,8 +149,9 @@ class RowGroupReader:
             self._open.move_to_end(group)
             return table
         pending = self._pending.pop(group, None)
-        if pending is not None:
-            pending.exception()  # waits; a failed read ahead is read again below, raising or retrying as usual
+        fetched = False  # by this batch (open_together), rather than found in the cache or read ahead
+        if pending is not None:  # waits; a failed fetch is fetched again below, raising or retrying as usual
+            fetched = pending.exception() is None and pending.result() is True
         path = self.cache_path(group)
         table = self._mapped(path)
         if table is None:
@@ -157,7 +163,7 @@ class RowGroupReader:
                                    f"its cache_bytes={self.budget} is too small for the loader workers' shuffle "
                                    f"windows: raise Shards(cache_bytes=...)")
         else:
-            self.stats["cache_hits"] += 1
+            self.stats["cache_hits"] += not fetched
         self._open[group] = table
         if len(self._open) > OPEN_GROUPS:
             closed, _ = self._open.popitem(last=False)
@@ -173,19 +179,36 @@ class RowGroupReader:
             self._ragged[key] = shard_decode.ragged_view(self.table(group).column(column))
         return self._ragged[key]
 
-    def read_ahead(self, groups: list[int]) -> None:
-        """Fetch ``groups`` into the cache in background threads (two), unless open, cached or already on the way."""
-        self._forked()
+    def open_together(self, groups: list[int]) -> None:
+        """Open ``groups`` (a batch's), fetching the ones not cached side by side: a batch whose rows span a shuffle
+        window's row groups waits for about one round trip to the store, not one per row group."""
+        self._fetch_in_background(groups, self._fetch_now, least=2)
         for group in groups:
-            if group in self._open or group in self._pending or self.cache_path(group).exists():
-                continue
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="shard-read-ahead")
-            self._pending[group] = self._pool.submit(self._fetch_ahead, group)
+            self.table(group)
+
+    def read_ahead(self, groups: list[int]) -> None:
+        """Fetch ``groups`` into the cache in background threads, unless open, cached or already on the way."""
+        self._fetch_in_background(groups, self._fetch_ahead, least=1)
+
+    def _fetch_in_background(self, groups: list[int], fetch: Callable[[int], bool | None], least: int) -> None:
+        """Submit ``fetch`` of each of ``groups`` not open, cached or on the way, when there are ``least`` of them."""
+        self._forked()
+        missing = [group for group in groups
+                   if group not in self._open and group not in self._pending and not self.cache_path(group).exists()]
+        if len(missing) < least:
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=FETCH_THREADS, thread_name_prefix="shard-fetch")
+        for group in missing:
+            self._pending[group] = self._pool.submit(fetch, group)
+
+    def _fetch_now(self, group: int) -> bool:
+        """Fetch ``group`` for the batch that waits for it; whether this process fetched it."""
+        path = self.cache_path(group)
+        return not path.exists() and self._cache(group, path)
 
     def _fetch_ahead(self, group: int) -> None:
-        path = self.cache_path(group)
-        if not path.exists() and self._cache(group, path):
+        if self._fetch_now(group):
             self.stats["read_ahead"] += 1
 
     def _cache(self, group: int, path: Path) -> bool:

@@ -221,8 +221,7 @@ class ShardedSource(ColumnarSource):
         ``__getitems__`` send them)."""
         # The batch's row groups first: a shard that fails to read (after its retries), changed or went is raised
         # as it is, naming the shard, rather than searched for row by row (each row would retry the fetch again).
-        for group in self._groups(self.corpus_rows(list(indices))):
-            self.reader.table(group)
+        self.reader.open_together(self._groups(self.corpus_rows(list(indices))))
         ahead = getattr(indices, "ahead", None)
         if ahead:  # a later batch's row groups, fetched in the background while this batch is collated and used
             self.read_ahead(ahead)

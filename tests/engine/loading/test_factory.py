@@ -124,34 +124,44 @@ class TestCreateDataloader:
             DataLoaderFactory().create_dataloader(TensorDataset(torch.arange(4)), {"batch_size": 2})
 
 
-FORKED_FIRST_BATCHES = """
+FORKED_BATCHES = """
 import json, sys
 
 import torch
 
-from collators import CollatorRegistry
+from collators import CollatorRegistry, _kernels, warm_token_loops
 from engine import DataLoaderConfig, DataLoaderFactory
 from task_spec import TaskSpec
 
 collator = CollatorRegistry.get_instance().get_collator(TaskSpec.lm_tiny(), pad_token_id=0)
 rows = [torch.arange(5, 5 + n % 37) for n in range(200)]
-batches = {}
-for workers in (2, 0):  # 0 workers (which loads the loops, compiling them if need be) comes second
-    config = DataLoaderConfig(batch_size=8, shuffle=True, seed=1, num_workers=workers, collate_fn=collator,
+
+
+def noting(rows):  # the batch, and whether its process had numba and the compiled loops
+    batch = collator(rows)
+    batch["numba"] = torch.tensor(["numba" in sys.modules, _kernels.pad_spans.dispatcher is not None])
+    return batch
+
+
+runs = {}
+for name in ("twins", "inherited", "main"):
+    if name == "inherited":
+        warm_token_loops()  # the compiled loops, loaded before the workers fork
+    workers = 0 if name == "main" else 2
+    config = DataLoaderConfig(batch_size=8, shuffle=True, seed=1, num_workers=workers, collate_fn=noting,
                               multiprocessing_context="fork" if workers else None, timeout=120 if workers else 0)
-    batches[workers] = [{key: value.tolist() for key, value in batch.items()}
-                        for batch in DataLoaderFactory().create_dataloader(rows, config)]
-    if workers:
-        parent = "numba" in sys.modules
-print(json.dumps({"same": batches[2] == batches[0], "batches": len(batches[0]), "numba_in_parent": parent}))
+    batches = [{key: value.tolist() for key, value in batch.items()}
+               for batch in DataLoaderFactory().create_dataloader(rows, config)]
+    runs[name] = {"numba": sorted({tuple(batch.pop("numba")) for batch in batches}), "batches": batches}
+print(json.dumps({"same": runs["twins"]["batches"] == runs["inherited"]["batches"] == runs["main"]["batches"],
+                  "batches": len(runs["main"]["batches"]), **{name: run["numba"] for name, run in runs.items()}}))
 """
 
 
-def test_forked_workers_inherit_the_cached_loops_or_load_their_own_with_the_same_batches(tmp_path):
-    """With numba's disk cache empty the parent does not compile the loops before forking (its first batch would
-    wait seconds): each worker's first batches run them as Python while a thread loads them. Once cached (the run
-    at 0 workers compiled them), the parent loads them before forking and the workers inherit them. The batches
-    are those of the main process either way."""
+def test_forked_workers_run_the_numpy_twins_or_inherit_the_compiled_loops_with_the_same_batches():
+    """The loader does not load numba before forking its workers (about a second on the way to the first batch):
+    they run the loops' numpy twins, and import no numba. Where the parent has loaded the loops
+    (``warm_token_loops``), forked workers inherit them. The batches are those of the main process either way."""
     import json
     import os
     import subprocess
@@ -159,26 +169,8 @@ def test_forked_workers_inherit_the_cached_loops_or_load_their_own_with_the_same
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[3]
-    env = {**os.environ, "PYTHONPATH": str(root), "NUMBA_CACHE_DIR": str(tmp_path)}
-    for cached in (False, True):
-        done = subprocess.run([sys.executable, "-c", FORKED_FIRST_BATCHES], capture_output=True, text=True,
-                              timeout=600, env=env, cwd=root)
-        assert done.returncode == 0, done.stderr[-3000:]
-        assert json.loads(done.stdout.splitlines()[-1]) == {"same": True, "batches": 25, "numba_in_parent": cached}
-
-
-@pytest.mark.parametrize(("context", "workers", "filled"), [("spawn", 2, True), ("forkserver", 1, True),
-                                                            ("fork", 2, False), (None, 0, False)])
-def test_a_loader_whose_workers_start_fresh_has_the_padding_loops_compiled_into_the_cache_once(
-        monkeypatch, context, workers, filled):
-    """Spawned workers inherit nothing: they load the compiled loops from numba's disk cache, which the loader has
-    one background process fill first (forked workers get the parent's loops, or start that process themselves
-    through warm_token_loops_soon); a loader without workers needs neither."""
-    import engine.loading.factory as factory
-
-    calls = []
-    monkeypatch.setattr(factory, "fill_token_loops_soon", lambda: calls.append(1))
-    monkeypatch.setattr(factory, "warm_token_loops_soon", lambda: False)
-    config = DataLoaderConfig(num_workers=workers, multiprocessing_context=context)
-    DataLoaderFactory().create_dataloader(TensorDataset(torch.arange(4)), config)
-    assert calls == ([1] if filled else [])
+    done = subprocess.run([sys.executable, "-c", FORKED_BATCHES], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(root)}, cwd=root)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == {"same": True, "batches": 25, "twins": [[False, False]],
+                                                        "inherited": [[True, True]], "main": [[True, True]]}

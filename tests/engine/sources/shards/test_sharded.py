@@ -448,20 +448,6 @@ def test_a_row_group_wanted_by_two_processes_at_once_is_fetched_once(corpus, tmp
     assert not list((tmp_path / "cache").glob(".*.lock"))
 
 
-@pytest.mark.parametrize(("workers", "context", "started"), [(2, "fork", True), (0, None, False), (2, "spawn", False)])
-def test_the_token_loops_compile_while_the_shards_are_listed(corpus, tmp_path, monkeypatch, workers, context, started):
-    """With forked workers ahead, the loops the workers inherit compile in the background from the module's
-    construction (the listing waits on the store), not after it on the way to the first batch."""
-    import engine.loading.factory as factory
-
-    calls = []
-    monkeypatch.setattr(factory, "warm_token_loops_soon", lambda: calls.append(1))
-    folder, _ = corpus
-    module(shards(folder, tmp_path), workers=workers, multiprocessing_context=context)
-    module({"a": shards(folder, tmp_path)}, workers=workers, multiprocessing_context=context, mix={"a": 1.0})
-    assert calls == ([1, 1] if started else [])
-
-
 def test_a_reader_reuses_the_footers_its_process_listed(corpus, tmp_path, monkeypatch):
     """Loader workers forked after the listing read a row group with one ranged read, not its footer again."""
     import pyarrow.parquet as parquet
@@ -598,3 +584,57 @@ def test_arrow_ipc_shards_are_listed_from_metadata_and_a_stream_is_read_from_eac
     source = ShardedSource(listing)
     picked = [599, 0, 41, 40, 333, 150, 130]
     assert [row["input_ids"] for row in source.__getitems__(picked)] == [rows[i] for i in picked]
+
+
+def test_a_batchs_missing_row_groups_are_fetched_side_by_side_each_once(corpus, tmp_path, monkeypatch):
+    """A batch whose rows span several uncached row groups (a shuffle window's) fetches them together, not one
+    after another, and counts each as fetched (not as a cache hit)."""
+    import threading
+    import time
+
+    from engine.sources.shards.reader import RowGroupReader
+
+    folder, rows = corpus
+    source = as_source(shards(folder, tmp_path))
+    live, most, guard = [0], [0], threading.Lock()
+    fetch = RowGroupReader._row_group_bytes
+
+    def slow_fetch(self, shard, index):
+        with guard:
+            live[0] += 1
+            most[0] = max(most[0], live[0])
+        time.sleep(0.2)  # the store's latency, in which the other fetches should start
+        try:
+            return fetch(self, shard, index)
+        finally:
+            with guard:
+                live[0] -= 1
+
+    monkeypatch.setattr(RowGroupReader, "_row_group_bytes", slow_fetch)
+    picked = [0, 45, 90, 160, 599, 300]  # six row groups
+    batch = source.__getitems__(picked)
+    assert [row["doc"] for row in batch] == picked and [row["input_ids"] for row in batch] == [rows[i] for i in picked]
+    assert most[0] > 1
+    assert source.reader.stats["fetched"] == 6 and source.reader.stats["cache_hits"] == 0
+    again = as_source(shards(folder, tmp_path))  # another process's reader: each row group from the cache
+    again.__getitems__(picked)
+    assert again.reader.stats["fetched"] == 0 and again.reader.stats["cache_hits"] == 6
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_plain_loop_shuffles_shards_in_the_block_order_of_the_module(corpus, tmp_path, workers):
+    """``DataLoaderFactory.create_dataloader`` over sharded data with ``shuffle=True`` serves the block order (row
+    groups in a seeded order, rows shuffled within windows), the order a module's train loader serves, not a full
+    shuffle that would read a different row group for nearly every row."""
+    from collators import CollatorRegistry
+    from engine import DataLoaderConfig, DataLoaderFactory
+
+    folder, _ = corpus
+    collator = CollatorRegistry.get_instance().get_collator(SPEC, pad_token_id=0)
+    config = DataLoaderConfig(batch_size=8, shuffle=True, seed=3, num_workers=workers, collate_fn=collator)
+    loader = DataLoaderFactory().create_dataloader(shards(folder, tmp_path), config)
+    served = [doc for batch in loader for doc in batch["doc"].tolist()]
+    assert served == epoch(module(shards(folder, tmp_path)))
+    groups = [len({doc // 150 * 4 + doc % 150 // 40 for doc in served[start:start + 64]})
+              for start in range(0, 576, 64)]
+    assert max(groups) <= 3
