@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Sequence
-from typing import overload
+from typing import Any, overload
 
 import numpy as np
 import torch
@@ -115,6 +115,31 @@ class SeededBatchSampler(EpochBatchSampler):
         """Rows per batch on each rank; the global batch is ``num_replicas * batch_size``."""
         return self.batch_size
 
+    def state_dict(self) -> dict[str, Any]:
+        """The base state, and when it shuffles in an order of its source's (sharded data's blocks; a mixture's
+        order saves its own) that order's key (the ``shuffle_window``). A full permutation saves none, as before."""
+        state = super().state_dict()
+        if self._order_key() is not None:
+            state["order"] = self._order_key()
+        return state
+
+    def _order_key(self) -> Any:
+        shuffles_in_order = self.shuffle and self.order is not None and self.mixture is None
+        return self.order.key if shuffles_in_order else None
+
+    def check_options(self, state: dict[str, Any]) -> None:
+        """Refuse a state saved shuffling in another order (another window, or blocks against a full permutation):
+        the rest of its epoch would serve other rows. A state without ``order`` was saved by a full permutation
+        (or before orders were recorded) and is not checked here."""
+        if "order" not in state or not self.shuffle or self.mixture is not None:
+            return
+        ours = self._order_key()
+        if state["order"] != ours:
+            raise ValueError(f"sampler state was saved shuffling by {_shuffle_name(state['order'])}, but this "
+                             f"sampler shuffles by {_shuffle_name(ours)}; resuming would serve other rows for the "
+                             f"rest of the epoch. Resume over the same data with the same shuffle (for sharded "
+                             f"data, the same Shards(shuffle_window=...))")
+
     def epoch_order(self, epoch: int) -> np.ndarray:
         """Every row of ``epoch`` in the order the ranks share them: a seeded permutation, or storage order."""
         if self.order is not None and (self.shuffle or self.order.always):
@@ -142,3 +167,8 @@ class SeededBatchSampler(EpochBatchSampler):
             return super().__len__()
         rows = rows_per_rank(self.num_samples, self.num_replicas, self.uneven)
         return rows // self.batch_size if self.drop_last else math.ceil(rows / self.batch_size)
+
+
+def _shuffle_name(key: Any) -> str:
+    """How a saved ``order`` key reads in a refusal."""
+    return "a full permutation of the rows" if key is None else f"blocks with shuffle_window={key!r}"

@@ -638,3 +638,36 @@ def test_a_plain_loop_shuffles_shards_in_the_block_order_of_the_module(corpus, t
     groups = [len({doc // 150 * 4 + doc % 150 // 40 for doc in served[start:start + 64]})
               for start in range(0, 576, 64)]
     assert max(groups) <= 3
+
+
+@pytest.mark.parametrize("other", [{"shuffle_window": 32}, "full permutation"])
+def test_a_plain_loops_state_saved_with_another_shuffle_is_refused(corpus, tmp_path, other):
+    """A plain loop's state records its shuffle: loading it into a loader that shuffles otherwise (another window,
+    or a full permutation of data without a block order) is refused, naming both, rather than serving other rows
+    for the rest of the epoch."""
+    from torch.utils.data import TensorDataset
+
+    from collators import CollatorRegistry
+    from engine import DataLoaderConfig, DataLoaderFactory
+
+    folder, _ = corpus
+    config = DataLoaderConfig(batch_size=8, shuffle=True, seed=3,
+                              collate_fn=CollatorRegistry.get_instance().get_collator(SPEC, pad_token_id=0))
+    saved = DataLoaderFactory().create_dataloader(shards(folder, tmp_path), config)
+    batches = iter(saved)
+    next(batches)
+    state = saved.state_dict()
+    same = DataLoaderFactory().create_dataloader(shards(folder, tmp_path), config)
+    same.load_state_dict(state)
+    assert [doc for batch in same for doc in batch["doc"].tolist()][:8] == next(batches)["doc"].tolist()
+    if other == "full permutation":
+        data, message = TensorDataset(torch.arange(600)), r"saved shuffling by blocks with shuffle_window=64, but "
+        config = DataLoaderConfig(batch_size=8, shuffle=True, seed=3)
+        message += r"this sampler shuffles by a full permutation of the rows"
+    else:
+        data = shards(folder, tmp_path, **other)
+        message = r"blocks with shuffle_window=64, but this sampler shuffles by blocks with shuffle_window=32"
+    loader = DataLoaderFactory().create_dataloader(data, config)
+    with pytest.raises(ValueError, match=message):
+        loader.load_state_dict(state)
+        next(iter(loader))
