@@ -76,8 +76,9 @@ def take(ranks: Ranks, steps: int | None) -> list[list[tuple[str, int]]]:
         step = []
         for one, batch in zip(ranks, batches):
             rows = named(one, batch) if batch is not None else []
-            if ranks.mode in REPEATS_WHOLE_BATCHES and tuple(rows) in ranks.seen:
-                continue  # a rank's padding: a batch of this pass again
+            if ranks.mode in REPEATS_WHOLE_BATCHES and len(ranks) > 1 and tuple(rows) in ranks.seen:
+                continue  # a rank's padding: a batch of this pass again (one rank has none; a cycling source's
+                # row drawn twice in a pass may make two one-row batches alike)
             ranks.seen.add(tuple(rows))
             step += rows
         served.append(step)
