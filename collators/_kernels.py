@@ -171,11 +171,11 @@ def pad_spans_twin(values: np.ndarray, starts: np.ndarray, kept: np.ndarray, lef
     rows, width = out.shape
     used = kept > 0
     outside = np.flatnonzero(used & ((starts < 0) | (starts + kept > len(values))))
-    ends = np.flatnonzero(used[:outside[0]] if len(outside) else used)  # the rows read before a refusal
-    ends_seen = np.concatenate([values[starts[ends]], values[starts[ends] + kept[ends] - 1]]).astype(np.int64)
-    if len(outside):  # the range of the rows before it, as the loop's first pass leaves it
-        return (int(outside[0]), int(ends_seen.min()) if len(ends_seen) else INT64_MAX,
-                int(ends_seen.max()) if len(ends_seen) else INT64_MIN)
+    if len(outside):  # with the range of the rows before it, as the loop's first pass leaves it
+        read = np.flatnonzero(used[:outside[0]])
+        ends = np.concatenate([values[starts[read]], values[starts[read] + kept[read] - 1]]).astype(np.int64)
+        return (int(outside[0]), int(ends.min()) if len(ends) else INT64_MAX,
+                int(ends.max()) if len(ends) else INT64_MIN)
     total = int(kept.sum())
     index = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(kept) - kept - starts, kept)
     flat = values[index].astype(np.int64)
