@@ -15,11 +15,12 @@ other position holds the pad value; ``kept <= width`` (the padding layout's kept
 
 Loading the loops (importing numba, then each loop from its disk cache, or compiling it when the cache is empty)
 takes about a second in a fresh process, and several when it compiles. A loader worker never loads them: it runs
-each loop's numpy twin instead (:class:`KernelLoop`; the same values: integer copies, and float32 operations in the same
-order), a handful of numpy calls that cost tens of microseconds more per batch. Loading them in every worker would
-cost each one numba's import (about 100 MiB of private memory) and, before the parent forks them, would hold the
-first batch back by that second. A worker forked from a process that has loaded them (:func:`load`, called by
-:func:`collators.text.warm_token_loops`, or by any loop's first call outside a worker) inherits them, shared.
+each loop's numpy twin instead (:class:`KernelLoop`; the same values: integer copies, and float32 operations in
+the same order), a handful of numpy calls that cost tens of microseconds more per batch. Loading them in every
+worker would cost each one numba's import (about 100 MiB of private memory) and, before the parent forks them,
+would hold the first batch back by that second. A worker forked from a process that has loaded them
+(:func:`load`, called by :func:`collators.text.warm_token_loops`, or by any loop's first call outside a worker)
+inherits them, shared.
 """
 
 from __future__ import annotations

@@ -119,8 +119,9 @@ class SeededBatchSampler(EpochBatchSampler):
         """The base state, and when it shuffles in an order of its source's (sharded data's blocks; a mixture's
         order saves its own) that order's key (the ``shuffle_window``). A full permutation saves none, as before."""
         state = super().state_dict()
-        if self._order_key() is not None:
-            state["order"] = self._order_key()
+        key = self._order_key()
+        if key is not None:
+            state["order"] = key
         return state
 
     def _order_key(self) -> Any:
